@@ -1,0 +1,431 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/shared/bucket"
+)
+
+// DeliveryID is the public id of the delivery with sequence number seq.
+func DeliveryID(seq int64) string { return "dlv_" + strconv.FormatInt(seq, 10) }
+
+// ParseDeliveryID returns the sequence number of a public delivery id.
+func ParseDeliveryID(id string) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimPrefix(id, "dlv_"), 10, 64)
+	return n, err == nil && n > 0 && strings.HasPrefix(id, "dlv_")
+}
+
+// ClaimRequest asks for up to Max due deliveries of one subscriber, paid for
+// from its bucket: the claim spends one token per delivery it returns and
+// persists the bucket in the same commit, so the cap holds across a crash.
+type ClaimRequest struct {
+	SubscriberID string
+	Max          int
+	Now          time.Time
+	LeaseUntil   time.Time
+	Rate         bucket.Rate
+	Bucket       bucket.State
+}
+
+// Claimed is a delivery taken for an attempt, with what sending it needs.
+type Claimed struct {
+	Seq          int64
+	SubscriberID string
+	EventID      string
+	EventType    string
+	Body         []byte
+	Attempts     int // attempts made before this one
+	Deferrals    int
+	CreatedAt    time.Time
+
+	eventSeq int64
+}
+
+// ID is the delivery's public id.
+func (c *Claimed) ID() string { return DeliveryID(c.Seq) }
+
+// ClaimResult is what one ClaimRequest got.
+type ClaimResult struct {
+	Deliveries []Claimed
+	Bucket     bucket.State // after paying for Deliveries
+	// NextDue is when the subscriber's earliest pending delivery falls due;
+	// zero when it has none. Known only when fewer than Max were claimed
+	// (otherwise more may be due now).
+	NextDue time.Time
+	Drained bool // fewer than Max were due: NextDue is exact
+}
+
+// Claim moves due deliveries to inflight for each request, in one commit.
+func (l *Ledger) Claim(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
+	out := make([]ClaimResult, len(reqs))
+	err := l.write(ctx, func(ctx context.Context, w *writer) error {
+		var seqs []int64
+		for i, r := range reqs {
+			res := &out[i]
+			*res = ClaimResult{Bucket: r.Bucket}
+			if _, ok := l.patterns[r.SubscriberID]; !ok || r.Max <= 0 {
+				res.Drained = true
+				continue
+			}
+			err := collectStmt(ctx, w.s.claim, []any{ms(r.LeaseUntil), ms(w.now), r.SubscriberID, ms(r.Now), r.Max},
+				func(rows *sql.Rows) error {
+					var c Claimed
+					var evSeq, created int64
+					if err := rows.Scan(&c.Seq, &evSeq, &c.Attempts, &c.Deferrals, &created); err != nil {
+						return err
+					}
+					c.SubscriberID, c.CreatedAt, c.eventSeq = r.SubscriberID, fromMS(created), evSeq
+					res.Deliveries = append(res.Deliveries, c)
+					seqs = append(seqs, evSeq)
+					return nil
+				})
+			if err != nil {
+				return err
+			}
+			if n := len(res.Deliveries); n > 0 {
+				var ok bool
+				if res.Bucket, ok = bucket.Take(r.Bucket, r.Rate, r.Now, float64(n)); !ok {
+					return fmt.Errorf("claim for %s: %d deliveries exceed the bucket", r.SubscriberID, n)
+				}
+				if _, err := w.s.saveBucket.ExecContext(ctx, res.Bucket.Tokens, res.Bucket.Last.UnixMicro(), r.SubscriberID); err != nil {
+					return err
+				}
+			}
+			if len(res.Deliveries) < r.Max {
+				res.Drained = true
+				var next sql.NullInt64
+				if err := w.s.nextDue.QueryRowContext(ctx, r.SubscriberID).Scan(&next); err != nil {
+					return err
+				}
+				if next.Valid {
+					res.NextDue = fromMS(next.Int64)
+				}
+			}
+		}
+		if len(seqs) == 0 {
+			return nil
+		}
+		// Attach event bodies: one read for the whole claim.
+		seqJSON, _ := json.Marshal(uniq(seqs))
+		type ev struct {
+			id, typ string
+			body    []byte
+		}
+		events := make(map[int64]ev, len(seqs))
+		if err := collectStmt(ctx, w.s.eventsBySeq, []any{string(seqJSON)}, func(rows *sql.Rows) error {
+			var seq int64
+			var e ev
+			if err := rows.Scan(&seq, &e.id, &e.typ, &e.body); err != nil {
+				return err
+			}
+			events[seq] = e
+			return nil
+		}); err != nil {
+			return err
+		}
+		for i := range out {
+			ds := out[i].Deliveries
+			for j := range ds {
+				e := events[ds[j].eventSeq]
+				ds[j].EventID, ds[j].EventType, ds[j].Body = e.id, e.typ, e.body
+			}
+			// RETURNING order is unspecified; attempt oldest first.
+			sort.Slice(ds, func(a, b int) bool { return ds[a].Seq < ds[b].Seq })
+		}
+		return nil
+	})
+	return out, err
+}
+
+func uniq(v []int64) []int64 {
+	seen := make(map[int64]struct{}, len(v))
+	out := v[:0:0]
+	for _, x := range v {
+		if _, ok := seen[x]; !ok {
+			seen[x] = struct{}{}
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func collectStmt(ctx context.Context, st *sql.Stmt, args []any, each func(*sql.Rows) error) error {
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// Result is the outcome of one claimed delivery, ready to record.
+type Result struct {
+	Seq          int64
+	SubscriberID string
+	// Attempt is nil for a deferral (the edge lane had no token): the
+	// delivery goes back to pending at NextAttemptAt without spending an attempt.
+	Attempt       *Attempt
+	Status        Status // sent, pending (retry) or dead
+	NextAttemptAt time.Time
+}
+
+// Record writes attempt outcomes and the subscriber states they changed, in
+// one commit with whatever else shares it.
+func (l *Ledger) Record(ctx context.Context, results []Result, states []SubscriberState) error {
+	return l.write(ctx, func(ctx context.Context, w *writer) error {
+		now := ms(w.now)
+		var sent []int64
+		var rows []Result
+		for _, r := range results {
+			if _, ok := l.patterns[r.SubscriberID]; !ok {
+				continue // removed while the attempt ran
+			}
+			rows = append(rows, r)
+		}
+		for start := 0; start < len(rows); start += rowsPerInsert {
+			var q strings.Builder
+			q.WriteString(`INSERT OR IGNORE INTO attempts (delivery_seq, number, subscriber_id, at, lane, status_code,
+				error, duration_ms, retry_after_ms, response) VALUES `)
+			var args []any
+			for _, r := range rows[start:min(start+rowsPerInsert, len(rows))] {
+				a := r.Attempt
+				if a == nil {
+					continue
+				}
+				if len(args) > 0 {
+					q.WriteByte(',')
+				}
+				q.WriteString("(?,?,?,?,?,?,?,?,?,?)")
+				var ra any
+				if a.RetryAfterMS != nil {
+					ra = *a.RetryAfterMS
+				}
+				args = append(args, r.Seq, a.Number, r.SubscriberID, ms(a.At), string(a.Lane), a.StatusCode,
+					a.Error, a.DurationMS, ra, a.Response)
+			}
+			if len(args) == 0 {
+				continue
+			}
+			if _, err := w.conn.ExecContext(ctx, q.String(), args...); err != nil {
+				return err
+			}
+		}
+		for _, r := range rows {
+			var err error
+			switch {
+			case r.Attempt == nil:
+				_, err = w.s.defer_.ExecContext(ctx, ms(r.NextAttemptAt), now, r.Seq)
+			case r.Status == StatusSent:
+				sent = append(sent, r.Seq)
+			case r.Status == StatusDead:
+				_, err = w.s.markDead.ExecContext(ctx, now, r.Attempt.summary(), r.Seq)
+			default:
+				_, err = w.s.reschedule.ExecContext(ctx, ms(r.NextAttemptAt), now, r.Attempt.summary(), r.Seq)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if len(sent) > 0 {
+			js, _ := json.Marshal(sent)
+			if _, err := w.s.markSent.ExecContext(ctx, now, string(js)); err != nil {
+				return err
+			}
+		}
+		for _, s := range states {
+			if _, ok := l.patterns[s.ID]; !ok {
+				continue
+			}
+			if _, err := w.s.saveState.ExecContext(ctx, ms(s.PausedUntil), string(s.Breaker.State), s.Breaker.Failures,
+				ms(s.Breaker.OpenedAt), s.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// summary is the one-line reason kept on the delivery for its last failure.
+func (a *Attempt) summary() string {
+	switch {
+	case a.Error != "" && a.StatusCode != 0:
+		return fmt.Sprintf("HTTP %d: %s", a.StatusCode, a.Error)
+	case a.Error != "":
+		return a.Error
+	default:
+		return fmt.Sprintf("HTTP %d", a.StatusCode)
+	}
+}
+
+// Requeue puts a dead or pending delivery back to run now with a fresh
+// attempt budget. ErrConflict if it is in flight or already sent.
+func (l *Ledger) Requeue(ctx context.Context, id string) (Delivery, error) {
+	seq, ok := ParseDeliveryID(id)
+	if !ok {
+		return Delivery{}, fmt.Errorf("delivery %s: %w", id, ErrNotFound)
+	}
+	var subID string
+	err := l.write(ctx, func(ctx context.Context, w *writer) error {
+		var status string
+		err := w.conn.QueryRowContext(ctx, `SELECT status, subscriber_id FROM deliveries WHERE seq = ?`, seq).Scan(&status, &subID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("delivery %s: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if s := Status(status); s != StatusDead && s != StatusPending {
+			return fmt.Errorf("delivery %s is %s: %w", id, s, ErrConflict)
+		}
+		_, err = w.conn.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?1,
+			dead_at = NULL, updated_at = ?1 WHERE seq = ?2`, ms(w.now), seq)
+		return err
+	})
+	if err != nil {
+		return Delivery{}, err
+	}
+	return l.Delivery(ctx, id)
+}
+
+// Recover requeues every dead delivery of a subscriber that died at or after
+// since, with fresh attempt budgets, and returns how many.
+func (l *Ledger) Recover(ctx context.Context, subscriberID string, since time.Time) (int, error) {
+	var n int64
+	err := l.write(ctx, func(ctx context.Context, w *writer) error {
+		if _, ok := l.patterns[subscriberID]; !ok {
+			return fmt.Errorf("subscriber %s: %w", subscriberID, ErrNotFound)
+		}
+		r, err := w.conn.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?1,
+			dead_at = NULL, updated_at = ?1 WHERE subscriber_id = ?2 AND status = 'dead' AND dead_at >= ?3`,
+			ms(w.now), subscriberID, since.UnixMilli())
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+const deliveryColumns = `d.seq, e.id, e.type, d.subscriber_id, d.status, d.attempts, d.deferrals, d.next_attempt_at,
+	d.created_at, d.updated_at, d.sent_at, d.dead_at, d.last_error`
+
+func (l *Ledger) queryDeliveries(ctx context.Context, where string, args ...any) ([]Delivery, error) {
+	rows, err := l.rdb.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries d JOIN events e ON e.seq = d.event_seq `+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Delivery
+	for rows.Next() {
+		var (
+			d                  Delivery
+			status             string
+			next, created, upd int64
+			sent, dead         sql.NullInt64
+		)
+		if err := rows.Scan(&d.seq, &d.EventID, &d.EventType, &d.SubscriberID, &status, &d.Attempts, &d.Deferrals,
+			&next, &created, &upd, &sent, &dead, &d.LastError); err != nil {
+			return nil, err
+		}
+		d.ID, d.Status = DeliveryID(d.seq), Status(status)
+		d.CreatedAt, d.UpdatedAt = fromMS(created), fromMS(upd)
+		if d.Status == StatusPending {
+			d.NextAttemptAt = fromMS(next)
+		}
+		if sent.Valid {
+			t := fromMS(sent.Int64)
+			d.SentAt = &t
+		}
+		if dead.Valid {
+			t := fromMS(dead.Int64)
+			d.DeadAt = &t
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// Delivery returns one delivery with its whole attempt history.
+func (l *Ledger) Delivery(ctx context.Context, id string) (Delivery, error) {
+	seq, ok := ParseDeliveryID(id)
+	if !ok {
+		return Delivery{}, fmt.Errorf("delivery %s: %w", id, ErrNotFound)
+	}
+	ds, err := l.queryDeliveries(ctx, `WHERE d.seq = ?`, seq)
+	if err != nil {
+		return Delivery{}, err
+	}
+	if len(ds) == 0 {
+		return Delivery{}, fmt.Errorf("delivery %s: %w", id, ErrNotFound)
+	}
+	d := ds[0]
+	d.History = []Attempt{}
+	err = collect(ctx, l.rdb, `SELECT number, at, lane, status_code, error, duration_ms, retry_after_ms, response
+		FROM attempts WHERE delivery_seq = ? ORDER BY number`, []any{seq}, func(rows *sql.Rows) error {
+		var a Attempt
+		var at int64
+		var lane string
+		var ra sql.NullInt64
+		if err := rows.Scan(&a.Number, &at, &lane, &a.StatusCode, &a.Error, &a.DurationMS, &ra, &a.Response); err != nil {
+			return err
+		}
+		a.At, a.Lane = fromMS(at), Lane(lane)
+		if ra.Valid {
+			a.RetryAfterMS = &ra.Int64
+		}
+		d.History = append(d.History, a)
+		return nil
+	})
+	return d, err
+}
+
+// DeliveryFilter selects a page of deliveries, newest first.
+type DeliveryFilter struct {
+	Status       Status
+	SubscriberID string
+	Limit        int
+	Before       int64 // the cursor: only deliveries with a smaller seq
+}
+
+// Deliveries returns a page and the cursor of the next one (0 on the last page).
+func (l *Ledger) Deliveries(ctx context.Context, f DeliveryFilter) ([]Delivery, int64, error) {
+	var conds []string
+	var args []any
+	if f.SubscriberID != "" {
+		conds, args = append(conds, "d.subscriber_id = ?"), append(args, f.SubscriberID)
+	}
+	if f.Status != "" {
+		conds, args = append(conds, "d.status = ?"), append(args, string(f.Status))
+	}
+	if f.Before > 0 {
+		conds, args = append(conds, "d.seq < ?"), append(args, f.Before)
+	}
+	where := ""
+	if len(conds) > 0 {
+		where = "WHERE " + strings.Join(conds, " AND ")
+	}
+	ds, err := l.queryDeliveries(ctx, where+" ORDER BY d.seq DESC LIMIT ?", append(args, f.Limit+1)...)
+	if err != nil {
+		return nil, 0, err
+	}
+	var next int64
+	if len(ds) > f.Limit {
+		ds = ds[:f.Limit]
+		next = ds[len(ds)-1].seq
+	}
+	return ds, next, nil
+}

@@ -1,0 +1,308 @@
+// Package ledger is sluice's durable store: events, deliveries, attempts and
+// subscribers in one SQLite file in WAL mode. It is the only importer of the
+// SQLite driver. All writes go through one connection in a group-commit loop
+// (concurrent writers would starve each other in SQLite's busy handler, and a
+// commit, not a row, is what costs); reads use a separate pool.
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/migrations"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// ErrClosed is returned for writes submitted after Close.
+var ErrClosed = errors.New("ledger is closed")
+
+// Options tune Open; zero values take the defaults.
+type Options struct {
+	Now     func() time.Time // the clock stamped on rows; default time.Now
+	Readers int              // read connections; default 4
+}
+
+// Ledger is an open database file owned by this process.
+type Ledger struct {
+	now    func() time.Time
+	wdb    *sql.DB
+	wconn  *sql.Conn
+	rdb    *sql.DB
+	lock   *os.File
+	ops    chan op
+	quit   chan struct{}
+	done   chan struct{}
+	closed sync.Once
+	stmts  statements
+
+	// patterns maps each subscriber to its event-type patterns. Only the
+	// write loop touches it (and Open, before the loop starts), so fan-out
+	// always sees exactly the subscribers committed before it.
+	patterns map[string][]string
+}
+
+// pragmas are the production settings, applied to every connection: WAL so
+// readers never block the writer, synchronous=NORMAL (durable across a
+// process crash; an fsync per checkpoint rather than per commit), a busy
+// timeout for the readers, and an in-memory temp store.
+var pragmas = []string{
+	"journal_mode(WAL)",
+	"synchronous(NORMAL)",
+	"busy_timeout(5000)",
+	"temp_store(MEMORY)",
+	"cache_size(-65536)",
+	"foreign_keys(OFF)",
+}
+
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	for _, p := range pragmas {
+		q.Add("_pragma", p)
+	}
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+// Open opens (creating it and its folder if needed) the ledger at path,
+// refuses if another process holds it, applies pending migrations and puts
+// every delivery a crashed predecessor left in flight back to pending.
+func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Readers <= 0 {
+		o.Readers = 4
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create database folder: %w", err)
+		}
+	}
+	lock, err := lockFile(path + ".lock")
+	if err != nil {
+		return nil, err
+	}
+	l := &Ledger{now: o.Now, lock: lock, ops: make(chan op, 1024), quit: make(chan struct{}), done: make(chan struct{})}
+	fail := func(err error) (*Ledger, error) {
+		l.closeDBs()
+		unlockFile(lock)
+		return nil, err
+	}
+	if l.wdb, err = sql.Open("sqlite", dsn(path, false)); err != nil {
+		return fail(err)
+	}
+	l.wdb.SetMaxOpenConns(1)
+	l.wdb.SetMaxIdleConns(1)
+	l.wdb.SetConnMaxLifetime(0)
+	if _, err := migrations.Apply(ctx, l.wdb, o.Now()); err != nil {
+		return fail(fmt.Errorf("apply migrations: %w", err))
+	}
+	if l.wconn, err = l.wdb.Conn(ctx); err != nil {
+		return fail(err)
+	}
+	if err := l.stmts.prepare(ctx, l.wconn); err != nil {
+		return fail(fmt.Errorf("prepare statements: %w", err))
+	}
+	if l.rdb, err = sql.Open("sqlite", dsn(path, true)); err != nil {
+		return fail(err)
+	}
+	l.rdb.SetMaxOpenConns(o.Readers)
+	l.rdb.SetMaxIdleConns(o.Readers)
+	if _, err := l.wconn.ExecContext(ctx,
+		`UPDATE deliveries SET status = 'pending', lease_until = NULL WHERE status = 'inflight'`); err != nil {
+		return fail(fmt.Errorf("release leases: %w", err))
+	}
+	if err := l.loadPatterns(ctx); err != nil {
+		return fail(err)
+	}
+	go l.writeLoop()
+	return l, nil
+}
+
+// Migrate applies pending migrations to the database at path and returns
+// their names, holding the same lock as Open.
+func Migrate(ctx context.Context, path string, now time.Time) ([]string, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create database folder: %w", err)
+		}
+	}
+	lock, err := lockFile(path + ".lock")
+	if err != nil {
+		return nil, err
+	}
+	defer unlockFile(lock)
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	return migrations.Apply(ctx, db, now)
+}
+
+// Close stops the write loop after the writes already submitted and closes
+// the database.
+func (l *Ledger) Close() error {
+	var err error
+	l.closed.Do(func() {
+		close(l.quit)
+		<-l.done
+		l.stmts.close()
+		err = l.closeDBs()
+		unlockFile(l.lock)
+	})
+	return err
+}
+
+func (l *Ledger) closeDBs() error {
+	var errs []error
+	if l.wconn != nil {
+		errs = append(errs, l.wconn.Close())
+	}
+	if l.wdb != nil {
+		errs = append(errs, l.wdb.Close())
+	}
+	if l.rdb != nil {
+		errs = append(errs, l.rdb.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Ping checks that the database answers a read.
+func (l *Ledger) Ping(ctx context.Context) error {
+	var one int
+	return l.rdb.QueryRowContext(ctx, `SELECT 1`).Scan(&one)
+}
+
+// op is one unit of work for the write loop. fn runs inside the batch's
+// transaction; it must check everything that can fail for a domain reason
+// (not found, conflict) before it writes, so returning such an error leaves
+// the batch intact. Any other error rolls the whole batch back.
+type op struct {
+	fn   func(ctx context.Context, w *writer) error
+	done chan error
+}
+
+// domainError reports whether err is one an op returns without having written.
+func domainError(err error) bool {
+	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict)
+}
+
+// maxBatch bounds how many ops share one commit, so a flood of enqueues
+// cannot delay a claim by more than one batch.
+const maxBatch = 256
+
+// write submits fn to the write loop and waits for its batch to commit.
+// Once submitted, it waits even if ctx ends: the batch may still commit, and
+// the caller must not report failure for a write that happened.
+func (l *Ledger) write(ctx context.Context, fn func(ctx context.Context, w *writer) error) error {
+	o := op{fn: fn, done: make(chan error, 1)}
+	select {
+	case l.ops <- o:
+	case <-l.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return <-o.done
+}
+
+func (l *Ledger) writeLoop() {
+	defer close(l.done)
+	batch := make([]op, 0, maxBatch)
+	for {
+		var first op
+		select {
+		case first = <-l.ops:
+		case <-l.quit:
+			// Finish what was submitted before Close.
+			for {
+				select {
+				case o := <-l.ops:
+					l.commit([]op{o})
+				default:
+					return
+				}
+			}
+		}
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case o := <-l.ops:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		l.commit(batch)
+	}
+}
+
+// commit runs a batch of ops in one transaction.
+func (l *Ledger) commit(batch []op) {
+	ctx := context.Background()
+	w := &writer{conn: l.wconn, s: &l.stmts, now: l.now()}
+	results := make([]error, len(batch))
+	err := func() error {
+		if _, err := l.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			return err
+		}
+		for i, o := range batch {
+			if err := o.fn(ctx, w); err != nil {
+				if !domainError(err) {
+					return err
+				}
+				results[i] = err
+			}
+		}
+		_, err := l.wconn.ExecContext(ctx, "COMMIT")
+		return err
+	}()
+	if err != nil {
+		l.wconn.ExecContext(ctx, "ROLLBACK")
+		// Ops may have updated patterns before the rollback undid them.
+		if lerr := l.loadPatterns(ctx); lerr != nil {
+			err = errors.Join(err, lerr)
+		}
+		for i := range results {
+			results[i] = fmt.Errorf("ledger write: %w", err)
+		}
+	}
+	for i, o := range batch {
+		o.done <- results[i]
+	}
+}
+
+// writer is what an op sees: the writer connection, its prepared statements,
+// and the batch's timestamp.
+type writer struct {
+	conn *sql.Conn
+	s    *statements
+	now  time.Time
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}

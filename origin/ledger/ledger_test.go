@@ -1,0 +1,212 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/shared/bucket"
+)
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) Now() time.Time { return c.t }
+
+var t0 = time.Date(2026, 7, 11, 8, 14, 2, 0, time.UTC)
+
+func open(t *testing.T) (*Ledger, *fakeClock, string) {
+	t.Helper()
+	clock := &fakeClock{t: t0}
+	path := filepath.Join(t.TempDir(), "sluice.db")
+	l, err := Open(context.Background(), path, Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, clock, path
+}
+
+func addSubscriber(t *testing.T, l *Ledger, id string, types ...string) {
+	t.Helper()
+	s := &Subscriber{ID: id, URL: "http://127.0.0.1:1/" + id, EventTypes: types,
+		Rate: Rate{PerSecond: 10, Burst: 20}, MaxAttempts: 3, TimeoutMS: 1000, Secret: "whsec_x"}
+	if err := l.CreateSubscriber(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSecondProcessIsRefused(t *testing.T) {
+	t.Parallel()
+	_, _, path := open(t)
+	if _, err := Open(context.Background(), path, Options{}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open = %v, want ErrLocked", err)
+	}
+	if _, err := Migrate(context.Background(), path, t0); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Migrate beside an open ledger = %v, want ErrLocked", err)
+	}
+}
+
+func TestMigrationsApplyOnceAndAreRecorded(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "m.db")
+	first, err := Migrate(context.Background(), path, t0)
+	if err != nil || len(first) == 0 {
+		t.Fatalf("first Migrate = %v, %v", first, err)
+	}
+	again, err := Migrate(context.Background(), path, t0)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second Migrate applied %v, %v; want nothing", again, err)
+	}
+	l, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var n int
+	if err := l.rdb.QueryRow(`SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil || n != len(first) {
+		t.Fatalf("schema_migrations holds %d rows (%v), want %d", n, err, len(first))
+	}
+	var mode string
+	if err := l.wconn.QueryRowContext(context.Background(), `PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+		t.Fatalf("journal_mode = %q (%v), want wal", mode, err)
+	}
+}
+
+func TestEnqueueIsIdempotentAndFansOutByType(t *testing.T) {
+	t.Parallel()
+	l, _, _ := open(t)
+	ctx := context.Background()
+	addSubscriber(t, l, "trending", "video.trending")
+	addSubscriber(t, l, "all", "*")
+	addSubscriber(t, l, "videos", "video.*")
+	addSubscriber(t, l, "billing", "invoice.paid")
+
+	res, err := l.Enqueue(ctx, []NewEvent{{ID: "e1", Type: "video.trending", Body: []byte(`{"id":"e1","type":"video.trending"}`)}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := res.Events[0]; e.Duplicate || e.Deliveries != 3 {
+		t.Fatalf("first enqueue = %+v, want 3 deliveries", e)
+	}
+	if res.Subscribers["billing"] != 0 || res.Subscribers["trending"] != 1 {
+		t.Fatalf("fan-out = %v", res.Subscribers)
+	}
+	res, err = l.Enqueue(ctx, []NewEvent{{ID: "e1", Type: "video.trending", Body: []byte(`{}`)}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := res.Events[0]; !e.Duplicate || e.Deliveries != 3 || len(res.Subscribers) != 0 {
+		t.Fatalf("repeat enqueue = %+v %v, want a duplicate with its 3 deliveries and nothing new", e, res.Subscribers)
+	}
+	batch := []NewEvent{
+		{ID: "e2", Type: "invoice.paid", Body: []byte(`{}`)},
+		{ID: "e1", Type: "video.trending", Body: []byte(`{}`)},
+		{ID: "e2", Type: "invoice.paid", Body: []byte(`{}`)},
+	}
+	res, err = l.Enqueue(ctx, batch, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dups := 0
+	for _, e := range res.Events {
+		if e.Duplicate {
+			dups++
+		}
+	}
+	if dups != 2 || res.Subscribers["billing"] != 1 || res.Subscribers["all"] != 1 {
+		t.Fatalf("batch: %d duplicates, fan-out %v; want 2 and billing+all once", dups, res.Subscribers)
+	}
+	_, ds, err := l.Event(ctx, "e2")
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("e2 has %d deliveries (%v), want 2", len(ds), err)
+	}
+}
+
+func TestClaimPaysFromTheBucketAndPersistsIt(t *testing.T) {
+	t.Parallel()
+	l, clock, _ := open(t)
+	ctx := context.Background()
+	addSubscriber(t, l, "s", "*")
+	for i := range 5 {
+		id := string(rune('a' + i))
+		if _, err := l.Enqueue(ctx, []NewEvent{{ID: id, Type: "t", Body: []byte(`{}`)}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rate := bucket.Rate{PerSecond: 1, Burst: 3}
+	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 3, Now: clock.t, LeaseUntil: clock.t.Add(time.Minute),
+		Rate: rate, Bucket: bucket.Full(rate, clock.t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res[0]
+	if len(got.Deliveries) != 3 || got.Drained || got.Bucket.Tokens != 0 {
+		t.Fatalf("claim = %d deliveries, drained %v, tokens %v; want 3, false, 0", len(got.Deliveries), got.Drained, got.Bucket.Tokens)
+	}
+	if got.Deliveries[0].EventID != "a" || string(got.Deliveries[0].Body) != `{}` {
+		t.Fatalf("first claimed = %+v, want event a with its body", got.Deliveries[0])
+	}
+	s, err := l.Subscriber(ctx, "s")
+	if err != nil || !s.HasTokens || s.Tokens.Tokens != 0 || !s.Tokens.Last.Equal(clock.t) {
+		t.Fatalf("persisted bucket = %+v %v (%v), want 0 tokens at t0", s.Tokens, s.HasTokens, err)
+	}
+	// Record one sent, one retry in 10s, one dead; then claim the rest.
+	a := func(n int) *Attempt { return &Attempt{Number: n, At: clock.t, Lane: LaneOrigin, StatusCode: 500} }
+	ok := &Attempt{Number: 1, At: clock.t, Lane: LaneOrigin, StatusCode: 200}
+	ds := got.Deliveries
+	err = l.Record(ctx, []Result{
+		{Seq: ds[0].Seq, SubscriberID: "s", Attempt: ok, Status: StatusSent},
+		{Seq: ds[1].Seq, SubscriberID: "s", Attempt: a(1), Status: StatusPending, NextAttemptAt: clock.t.Add(10 * time.Second)},
+		{Seq: ds[2].Seq, SubscriberID: "s", Attempt: a(1), Status: StatusDead},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 3, Now: clock.t, LeaseUntil: clock.t.Add(time.Minute),
+		Rate: rate, Bucket: bucket.Full(rate, clock.t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res[0]; len(got.Deliveries) != 2 || !got.Drained || !got.NextDue.Equal(clock.t.Add(10*time.Second)) {
+		t.Fatalf("second claim = %d, drained %v, next due %v; want 2, true, +10s", len(got.Deliveries), got.Drained, got.NextDue)
+	}
+	d, err := l.Delivery(ctx, DeliveryID(ds[2].Seq))
+	if err != nil || d.Status != StatusDead || len(d.History) != 1 || d.History[0].StatusCode != 500 || d.DeadAt == nil {
+		t.Fatalf("dead delivery = %+v (%v)", d, err)
+	}
+	if n, err := l.Recover(ctx, "s", clock.t); err != nil || n != 1 {
+		t.Fatalf("Recover = %d, %v; want 1", n, err)
+	}
+	if _, err := l.Requeue(ctx, DeliveryID(ds[0].Seq)); !errors.Is(err, ErrConflict) {
+		t.Fatalf("requeue of a sent delivery = %v, want ErrConflict", err)
+	}
+}
+
+func TestRestartReturnsInflightToPending(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{t: t0}
+	path := filepath.Join(t.TempDir(), "r.db")
+	l, err := Open(context.Background(), path, Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	addSubscriber(t, l, "s", "*")
+	l.Enqueue(ctx, []NewEvent{{ID: "x", Type: "t", Body: []byte(`{}`)}}, false)
+	rate := bucket.Rate{PerSecond: 1, Burst: 1}
+	if _, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 1, Now: t0, Rate: rate, Bucket: bucket.Full(rate, t0)}}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l, err = Open(context.Background(), path, Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ds, _, err := l.Deliveries(ctx, DeliveryFilter{Limit: 10})
+	if err != nil || len(ds) != 1 || ds[0].Status != StatusPending {
+		t.Fatalf("after restart: %+v (%v), want one pending delivery", ds, err)
+	}
+}

@@ -1,0 +1,60 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+)
+
+// statements are the writer's hot statements, prepared once on its connection.
+type statements struct {
+	claim        *sql.Stmt
+	eventsBySeq  *sql.Stmt
+	nextDue      *sql.Stmt
+	saveBucket   *sql.Stmt
+	markSent     *sql.Stmt
+	reschedule   *sql.Stmt
+	markDead     *sql.Stmt
+	defer_       *sql.Stmt
+	saveState    *sql.Stmt
+	countByEvent *sql.Stmt
+	all          []*sql.Stmt
+}
+
+func (s *statements) prepare(ctx context.Context, c *sql.Conn) error {
+	var errs []error
+	p := func(q string) *sql.Stmt {
+		st, err := c.PrepareContext(ctx, q)
+		errs = append(errs, err)
+		if st != nil {
+			s.all = append(s.all, st)
+		}
+		return st
+	}
+	s.claim = p(`UPDATE deliveries SET status = 'inflight', lease_until = ?1, updated_at = ?2
+		WHERE seq IN (SELECT seq FROM deliveries
+			WHERE subscriber_id = ?3 AND status = 'pending' AND next_attempt_at <= ?4
+			ORDER BY next_attempt_at LIMIT ?5)
+		RETURNING seq, event_seq, attempts, deferrals, created_at`)
+	s.eventsBySeq = p(`SELECT seq, id, type, body FROM events WHERE seq IN (SELECT value FROM json_each(?1))`)
+	s.nextDue = p(`SELECT min(next_attempt_at) FROM deliveries WHERE subscriber_id = ?1 AND status = 'pending'`)
+	s.saveBucket = p(`UPDATE subscribers SET bucket_tokens = ?1, bucket_at_us = ?2 WHERE id = ?3`)
+	s.markSent = p(`UPDATE deliveries SET status = 'sent', attempts = attempts + 1, sent_at = ?1, updated_at = ?1,
+		lease_until = NULL, last_error = '' WHERE seq IN (SELECT value FROM json_each(?2)) AND status = 'inflight'`)
+	s.reschedule = p(`UPDATE deliveries SET status = 'pending', attempts = attempts + 1, next_attempt_at = ?1,
+		updated_at = ?2, lease_until = NULL, last_error = ?3 WHERE seq = ?4 AND status = 'inflight'`)
+	s.markDead = p(`UPDATE deliveries SET status = 'dead', attempts = attempts + 1, dead_at = ?1, updated_at = ?1,
+		lease_until = NULL, last_error = ?2 WHERE seq = ?3 AND status = 'inflight'`)
+	s.defer_ = p(`UPDATE deliveries SET status = 'pending', deferrals = deferrals + 1, next_attempt_at = ?1,
+		updated_at = ?2, lease_until = NULL WHERE seq = ?3 AND status = 'inflight'`)
+	s.saveState = p(`UPDATE subscribers SET paused_until = ?1, breaker_state = ?2, breaker_failures = ?3,
+		breaker_opened_at = ?4 WHERE id = ?5`)
+	s.countByEvent = p(`SELECT count(*) FROM deliveries WHERE event_seq = (SELECT seq FROM events WHERE id = ?1)`)
+	return errors.Join(errs...)
+}
+
+func (s *statements) close() {
+	for _, st := range s.all {
+		st.Close()
+	}
+}

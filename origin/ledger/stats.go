@@ -1,0 +1,97 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// SubscriberStats are one subscriber's numbers from the ledger.
+type SubscriberStats struct {
+	Pending, Inflight, Sent, Dead int
+	// Over the window: attempts made, those that succeeded, and the
+	// enqueue-to-delivery latency percentiles of deliveries sent in it.
+	Attempts, Successes int
+	P50, P99            time.Duration
+}
+
+// Stats counts deliveries by state for every subscriber and summarises the
+// attempts and deliveries since since.
+func (l *Ledger) Stats(ctx context.Context, since time.Time) (map[string]*SubscriberStats, error) {
+	out := map[string]*SubscriberStats{}
+	get := func(id string) *SubscriberStats {
+		s, ok := out[id]
+		if !ok {
+			s = &SubscriberStats{}
+			out[id] = s
+		}
+		return s
+	}
+	// Each count walks one partial index, never the whole table.
+	counts := []struct {
+		q   string
+		dst func(*SubscriberStats) *int
+	}{
+		{`SELECT subscriber_id, count(*) FROM deliveries WHERE status = 'pending' GROUP BY subscriber_id`, func(s *SubscriberStats) *int { return &s.Pending }},
+		{`SELECT subscriber_id, count(*) FROM deliveries WHERE status = 'inflight' GROUP BY subscriber_id`, func(s *SubscriberStats) *int { return &s.Inflight }},
+		{`SELECT subscriber_id, count(*) FROM deliveries WHERE status = 'dead' GROUP BY subscriber_id`, func(s *SubscriberStats) *int { return &s.Dead }},
+		{`SELECT subscriber_id, count(*) FROM deliveries WHERE status = 'sent' GROUP BY subscriber_id`, func(s *SubscriberStats) *int { return &s.Sent }},
+	}
+	for _, c := range counts {
+		err := collect(ctx, l.rdb, c.q, nil, func(rows *sql.Rows) error {
+			var id string
+			var n int
+			if err := rows.Scan(&id, &n); err != nil {
+				return err
+			}
+			*c.dst(get(id)) = n
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	err := collect(ctx, l.rdb, `SELECT subscriber_id, count(*), sum(status_code BETWEEN 200 AND 299)
+		FROM attempts WHERE at >= ? GROUP BY subscriber_id`, []any{since.UnixMilli()}, func(rows *sql.Rows) error {
+		var id string
+		var n, ok int
+		if err := rows.Scan(&id, &n, &ok); err != nil {
+			return err
+		}
+		s := get(id)
+		s.Attempts, s.Successes = n, ok
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	lat := map[string][]int64{}
+	err = collect(ctx, l.rdb, `SELECT subscriber_id, sent_at - created_at AS lat FROM deliveries
+		WHERE status = 'sent' AND sent_at >= ? ORDER BY subscriber_id, lat`, []any{since.UnixMilli()}, func(rows *sql.Rows) error {
+		var id string
+		var v int64
+		if err := rows.Scan(&id, &v); err != nil {
+			return err
+		}
+		lat[id] = append(lat[id], v)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for id, v := range lat {
+		s := get(id)
+		s.P50 = time.Duration(percentile(v, 0.50)) * time.Millisecond
+		s.P99 = time.Duration(percentile(v, 0.99)) * time.Millisecond
+	}
+	return out, nil
+}
+
+// percentile returns the nearest-rank percentile of sorted values.
+func percentile(sorted []int64, p float64) int64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.999999) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}

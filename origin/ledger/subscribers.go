@@ -1,0 +1,210 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-dev/sluice/origin/breaker"
+	"github.com/sluice-dev/sluice/shared/bucket"
+)
+
+const subscriberColumns = `id, url, event_types, rate_per_second, rate_burst, edge_share, max_attempts, timeout_ms,
+	secret, previous_secret, previous_until, paused, paused_until, breaker_state, breaker_failures,
+	breaker_opened_at, bucket_tokens, bucket_at_us, created_at, updated_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSubscriber(row scanner) (Subscriber, error) {
+	var (
+		s                                              Subscriber
+		types                                          string
+		prevUntil, pausedUntil, openedAt, created, upd int64
+		paused                                         bool
+		state                                          string
+		tokens                                         sql.NullFloat64
+		tokensAt                                       sql.NullInt64
+	)
+	err := row.Scan(&s.ID, &s.URL, &types, &s.Rate.PerSecond, &s.Rate.Burst, &s.Rate.EdgeShare, &s.MaxAttempts,
+		&s.TimeoutMS, &s.Secret, &s.PreviousSecret, &prevUntil, &paused, &pausedUntil, &state,
+		&s.Breaker.Failures, &openedAt, &tokens, &tokensAt, &created, &upd)
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal([]byte(types), &s.EventTypes); err != nil {
+		return s, fmt.Errorf("subscriber %s event types: %w", s.ID, err)
+	}
+	s.Paused = paused
+	s.PreviousUntil = fromMS(prevUntil)
+	s.PausedUntil = fromMS(pausedUntil)
+	s.Breaker.State = breaker.State(state)
+	s.Breaker.OpenedAt = fromMS(openedAt)
+	if tokens.Valid {
+		s.Tokens = bucket.State{Tokens: tokens.Float64, Last: time.UnixMicro(tokensAt.Int64)}
+		s.HasTokens = true
+	}
+	s.CreatedAt, s.UpdatedAt = fromMS(created), fromMS(upd)
+	return s, nil
+}
+
+// Subscribers returns every subscriber, oldest first.
+func (l *Ledger) Subscribers(ctx context.Context) ([]Subscriber, error) {
+	rows, err := l.rdb.QueryContext(ctx, `SELECT `+subscriberColumns+` FROM subscribers ORDER BY created_at, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Subscriber
+	for rows.Next() {
+		s, err := scanSubscriber(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// Subscriber returns one subscriber or ErrNotFound.
+func (l *Ledger) Subscriber(ctx context.Context, id string) (Subscriber, error) {
+	s, err := scanSubscriber(l.rdb.QueryRowContext(ctx, `SELECT `+subscriberColumns+` FROM subscribers WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, fmt.Errorf("subscriber %s: %w", id, ErrNotFound)
+	}
+	return s, err
+}
+
+func getSubscriber(ctx context.Context, w *writer, id string) (Subscriber, error) {
+	s, err := scanSubscriber(w.conn.QueryRowContext(ctx, `SELECT `+subscriberColumns+` FROM subscribers WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, fmt.Errorf("subscriber %s: %w", id, ErrNotFound)
+	}
+	return s, err
+}
+
+// CreateSubscriber stores s, stamping its times; ErrConflict if the id is taken.
+func (l *Ledger) CreateSubscriber(ctx context.Context, s *Subscriber) error {
+	return l.write(ctx, func(ctx context.Context, w *writer) error {
+		var n int
+		if err := w.conn.QueryRowContext(ctx, `SELECT count(*) FROM subscribers WHERE id = ?`, s.ID).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return fmt.Errorf("subscriber %s: %w", s.ID, ErrConflict)
+		}
+		s.CreatedAt, s.UpdatedAt = w.now.UTC(), w.now.UTC()
+		if s.Breaker.State == "" {
+			s.Breaker.State = breaker.Closed
+		}
+		types, _ := json.Marshal(s.EventTypes)
+		_, err := w.conn.ExecContext(ctx, `INSERT INTO subscribers (id, url, event_types, rate_per_second, rate_burst,
+			edge_share, max_attempts, timeout_ms, secret, paused, breaker_state, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			s.ID, s.URL, string(types), s.Rate.PerSecond, s.Rate.Burst, s.Rate.EdgeShare, s.MaxAttempts, s.TimeoutMS,
+			s.Secret, s.Paused, string(s.Breaker.State), ms(w.now), ms(w.now))
+		if err == nil {
+			l.patterns[s.ID] = s.EventTypes
+		}
+		return err
+	})
+}
+
+// UpdateSubscriber applies change to the stored subscriber and saves the
+// fields an operator may change (url, types, rate, limits, paused, secrets).
+// change must not fail: validate before calling.
+func (l *Ledger) UpdateSubscriber(ctx context.Context, id string, change func(*Subscriber)) (Subscriber, error) {
+	var out Subscriber
+	err := l.write(ctx, func(ctx context.Context, w *writer) error {
+		s, err := getSubscriber(ctx, w, id)
+		if err != nil {
+			return err
+		}
+		change(&s)
+		s.UpdatedAt = w.now.UTC()
+		types, _ := json.Marshal(s.EventTypes)
+		_, err = w.conn.ExecContext(ctx, `UPDATE subscribers SET url = ?, event_types = ?, rate_per_second = ?,
+			rate_burst = ?, edge_share = ?, max_attempts = ?, timeout_ms = ?, secret = ?, previous_secret = ?,
+			previous_until = ?, paused = ?, updated_at = ? WHERE id = ?`,
+			s.URL, string(types), s.Rate.PerSecond, s.Rate.Burst, s.Rate.EdgeShare, s.MaxAttempts, s.TimeoutMS,
+			s.Secret, s.PreviousSecret, ms(s.PreviousUntil), s.Paused, ms(w.now), id)
+		if err == nil {
+			l.patterns[id] = s.EventTypes
+			out = s
+		}
+		return err
+	})
+	return out, err
+}
+
+// DeleteSubscriber removes a subscriber with its deliveries and their
+// attempts; an operator's removal is the one way deliveries leave the ledger.
+func (l *Ledger) DeleteSubscriber(ctx context.Context, id string) error {
+	return l.write(ctx, func(ctx context.Context, w *writer) error {
+		if _, ok := l.patterns[id]; !ok {
+			return fmt.Errorf("subscriber %s: %w", id, ErrNotFound)
+		}
+		for _, q := range []string{
+			`DELETE FROM attempts WHERE subscriber_id = ?`,
+			`DELETE FROM deliveries WHERE subscriber_id = ?`,
+			`DELETE FROM subscribers WHERE id = ?`,
+		} {
+			if _, err := w.conn.ExecContext(ctx, q, id); err != nil {
+				return err
+			}
+		}
+		delete(l.patterns, id)
+		return nil
+	})
+}
+
+// SubscriberState is what the dispatcher persists when a result changes a
+// subscriber's pause or breaker.
+type SubscriberState struct {
+	ID          string
+	PausedUntil time.Time
+	Breaker     breaker.Breaker
+}
+
+// Setting returns a stored setting, or "" when it is unset.
+func (l *Ledger) Setting(ctx context.Context, key string) (string, error) {
+	var v string
+	err := l.rdb.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return v, err
+}
+
+// SetSetting stores a setting.
+func (l *Ledger) SetSetting(ctx context.Context, key, value string) error {
+	return l.write(ctx, func(ctx context.Context, w *writer) error {
+		_, err := w.conn.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+		return err
+	})
+}
+
+// loadPatterns fills the write loop's view of who receives which types.
+func (l *Ledger) loadPatterns(ctx context.Context) error {
+	rows, err := l.wconn.QueryContext(ctx, `SELECT id, event_types FROM subscribers`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	l.patterns = map[string][]string{}
+	for rows.Next() {
+		var id, types string
+		if err := rows.Scan(&id, &types); err != nil {
+			return err
+		}
+		var p []string
+		if err := json.Unmarshal([]byte(types), &p); err != nil {
+			return err
+		}
+		l.patterns[id] = p
+	}
+	return rows.Err()
+}
