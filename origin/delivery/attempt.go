@@ -1,0 +1,175 @@
+package delivery
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluice-dev/sluice/origin/backoff"
+	"github.com/sluice-dev/sluice/origin/egress"
+	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/shared/signature"
+)
+
+// responseSnippet is how much of a subscriber's answer an attempt keeps.
+const responseSnippet = 256
+
+// reply is what one HTTP attempt learned.
+type reply struct {
+	status     int
+	retryAfter string
+	body       string
+	err        error
+}
+
+// attempt sends one claimed delivery and hands its outcome to the recorder.
+func (d *Dispatcher) attempt(ctx context.Context, s ledger.Subscriber, signer *signature.Signer, c ledger.Claimed) {
+	defer d.running.Done()
+	start := d.cfg.Clock.Now()
+	r := d.post(ctx, s, signer, c, start)
+	if r.err != nil && ctx.Err() != nil {
+		// Shutdown abandoned the attempt: its outcome is unknown, so nothing
+		// is charged; the row stays inflight and is retried after restart.
+		d.release(s.ID)
+		return
+	}
+	end := d.cfg.Clock.Now()
+	a := &ledger.Attempt{
+		Number:     c.Attempts + 1,
+		At:         start,
+		Lane:       ledger.LaneOrigin,
+		StatusCode: r.status,
+		DurationMS: end.Sub(start).Milliseconds(),
+		Response:   r.body,
+	}
+	if r.err != nil {
+		a.Error = describe(r.err, time.Duration(s.TimeoutMS)*time.Millisecond)
+	}
+	d.results <- d.settle(s.ID, c, a, r.retryAfter, end)
+}
+
+// post makes the HTTP request of an attempt.
+func (d *Dispatcher) post(ctx context.Context, s ledger.Subscriber, signer *signature.Signer, c ledger.Claimed, now time.Time) reply {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(s.TimeoutMS)*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL, bytes.NewReader(c.Body))
+	if err != nil {
+		return reply{err: err}
+	}
+	h := req.Header
+	h["Content-Type"] = []string{"application/json"}
+	h["User-Agent"] = []string{d.cfg.UserAgent}
+	signer.Set(h, c.EventID, now, c.Body)
+	resp, err := d.cfg.Client.Do(req)
+	if err != nil {
+		return reply{err: err}
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, responseSnippet)
+	n, _ := io.ReadFull(resp.Body, buf)
+	// Read a little more so the connection can be reused, but never let a
+	// subscriber stream an endless answer at us.
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return reply{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), body: printable(buf[:n])}
+}
+
+// settle turns an attempt into its ledger result and updates the
+// subscriber's breaker and pause at once, so the next plan already obeys them.
+func (d *Dispatcher) settle(subID string, c ledger.Claimed, a *ledger.Attempt, retryAfter string, now time.Time) ledger.Result {
+	res := ledger.Result{Seq: c.Seq, SubscriberID: subID, Attempt: a}
+	ok := a.Error == "" && a.StatusCode >= 200 && a.StatusCode < 300
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer d.poke()
+	d.free++
+	s, known := d.subs[subID]
+	if !known {
+		res.Status = ledger.StatusDead
+		return res
+	}
+	s.inflight--
+	if s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
+		d.persistState(s)
+	}
+	if ok {
+		res.Status = ledger.StatusSent
+		return res
+	}
+	var pause time.Duration
+	if a.StatusCode == http.StatusTooManyRequests || a.StatusCode == http.StatusServiceUnavailable {
+		if p, ok := backoff.RetryAfter(retryAfter, now); ok {
+			pause = p
+			ms := p.Milliseconds()
+			a.RetryAfterMS = &ms
+			// The whole subscriber waits, not just this delivery.
+			if until := now.Add(p); until.After(s.cfg.PausedUntil) {
+				s.cfg.PausedUntil = until
+				d.persistState(s)
+			}
+		}
+	}
+	if a.Number >= s.cfg.MaxAttempts {
+		res.Status = ledger.StatusDead
+		return res
+	}
+	res.Status = ledger.StatusPending
+	if pause > 0 {
+		res.NextAttemptAt = now.Add(pause)
+	} else {
+		res.NextAttemptAt = now.Add(backoff.FullJitter(a.Number, d.cfg.RetryBase, d.cfg.RetryCap, d.cfg.Rand))
+	}
+	return res
+}
+
+// release frees the slots of an attempt abandoned at shutdown.
+func (d *Dispatcher) release(subID string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.free++
+	if s, ok := d.subs[subID]; ok {
+		s.inflight--
+	}
+}
+
+// describe names a transport failure without the URL (which may carry a
+// token in its query) so it can be stored and shown.
+func describe(err error, timeout time.Duration) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, egress.ErrForbiddenAddress):
+		return "refused: the endpoint resolves to a private address"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout after " + timeout.String()
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection reset"
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return "host does not resolve"
+	}
+	return fmt.Sprintf("request failed: %v", err)
+}
+
+// printable keeps the valid UTF-8 prefix of b.
+func printable(b []byte) string {
+	for len(b) > 0 && !utf8.Valid(b) {
+		b = b[:len(b)-1]
+	}
+	return string(b)
+}
+
