@@ -1,0 +1,76 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-dev/sluice/origin/ledger"
+)
+
+func asErr[T any](err error, target *T) bool { return errors.As(err, target) }
+
+func (s *Server) listDeliveries(c echo.Context) error {
+	f := ledger.DeliveryFilter{Limit: defaultPage, SubscriberID: c.QueryParam("subscriber_id")}
+	if v := c.QueryParam("status"); v != "" {
+		f.Status = ledger.Status(v)
+		if !f.Status.Valid() {
+			return invalid("status must be pending, inflight, sent or dead")
+		}
+	}
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return badRequest("limit must be an integer")
+		}
+		if n < 1 || n > maxPage {
+			return invalid("limit must be between 1 and %d", maxPage)
+		}
+		f.Limit = n
+	}
+	if v := c.QueryParam("cursor"); v != "" {
+		seq, ok := ledger.ParseDeliveryID(v)
+		if !ok {
+			return badRequest("cursor is not one this API gave")
+		}
+		f.Before = seq
+	}
+	ds, next, err := s.Ledger.Deliveries(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	out := map[string]any{"data": nonNil(ds)}
+	if next > 0 {
+		out["next_cursor"] = ledger.DeliveryID(next)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func nonNil(ds []ledger.Delivery) []ledger.Delivery {
+	if ds == nil {
+		return []ledger.Delivery{}
+	}
+	return ds
+}
+
+func (s *Server) getDelivery(c echo.Context) error {
+	d, err := s.Ledger.Delivery(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, struct {
+		ledger.Delivery
+		Attempts []ledger.Attempt `json:"attempts"`
+	}{d, d.History})
+}
+
+func (s *Server) retryDelivery(c echo.Context) error {
+	d, err := s.Ledger.Requeue(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	s.Dispatcher.Notify(s.Now(), d.SubscriberID)
+	return c.JSON(http.StatusOK, d)
+}

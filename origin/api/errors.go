@@ -1,0 +1,109 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-dev/sluice/origin/egress"
+	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/shared/event"
+)
+
+// apiError is an error with the status and code the API answers with.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func fail(status int, code, format string, args ...any) error {
+	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+}
+
+// badRequest is for a body or parameter sluice cannot read: bad JSON, a
+// missing field, a field of the wrong type.
+func badRequest(format string, args ...any) error {
+	return fail(http.StatusBadRequest, "bad_request", format, args...)
+}
+
+// invalid is for a well-formed field whose value is not acceptable.
+func invalid(format string, args ...any) error {
+	return fail(http.StatusUnprocessableEntity, "invalid_value", format, args...)
+}
+
+// classify maps every error a handler can return to what the client sees:
+// one table, so the same failure always answers the same way.
+func classify(err error) *apiError {
+	var ae *apiError
+	var fe *event.FieldError
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &fe):
+		if fe.Malformed() {
+			return &apiError{http.StatusBadRequest, "bad_request", fe.Error()}
+		}
+		return &apiError{http.StatusUnprocessableEntity, "invalid_value", fe.Error()}
+	case errors.Is(err, event.ErrInvalidJSON):
+		return &apiError{http.StatusBadRequest, "invalid_json", "the body is not valid JSON"}
+	case errors.Is(err, event.ErrNotObject):
+		return &apiError{http.StatusBadRequest, "bad_request", "an event must be a JSON object"}
+	case errors.Is(err, egress.ErrForbiddenAddress), errors.Is(err, egress.ErrInvalidURL):
+		return &apiError{http.StatusUnprocessableEntity, "invalid_url", err.Error()}
+	case errors.Is(err, ledger.ErrNotFound):
+		return &apiError{http.StatusNotFound, "not_found", err.Error()}
+	case errors.Is(err, ledger.ErrConflict):
+		return &apiError{http.StatusConflict, "conflict", err.Error()}
+	case errors.As(err, &he):
+		return fromEcho(he)
+	}
+	return &apiError{http.StatusInternalServerError, "internal", "internal error"}
+}
+
+// fromEcho answers echo's own failures (no route, wrong method, body limit)
+// in the API's error form.
+func fromEcho(he *echo.HTTPError) *apiError {
+	switch he.Code {
+	case http.StatusNotFound:
+		return &apiError{he.Code, "not_found", "no such route"}
+	case http.StatusMethodNotAllowed:
+		return &apiError{he.Code, "method_not_allowed", "method not allowed on this route"}
+	case http.StatusRequestEntityTooLarge:
+		return &apiError{he.Code, "too_large", "request body too large"}
+	case http.StatusUnauthorized:
+		return &apiError{he.Code, "unauthorized", "missing or invalid bearer token"}
+	}
+	return &apiError{he.Code, "error", http.StatusText(he.Code)}
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// handleError is echo's HTTPErrorHandler: every failure becomes
+// {"error": {"code", "message"}} with its status.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	ae := classify(err)
+	if ae.status == http.StatusInternalServerError {
+		s.log.Error("request failed", "method", c.Request().Method, "route", c.Path(), "err", err)
+	}
+	var b errorBody
+	b.Error.Code, b.Error.Message = ae.code, ae.message
+	if c.Request().Method == http.MethodHead {
+		c.NoContent(ae.status)
+		return
+	}
+	c.JSON(ae.status, b)
+}

@@ -1,0 +1,211 @@
+// Package api is the origin's HTTP API: echo routes over the ledger and the
+// dispatcher, bearer-token auth, body limits, and one error table so every
+// failure answers {"error": {"code", "message"}} with the right status.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-dev/sluice/origin/delivery"
+	"github.com/sluice-dev/sluice/origin/egress"
+	"github.com/sluice-dev/sluice/origin/ledger"
+)
+
+// Dispatcher is what the API tells about changes, so deliveries start at
+// once instead of at the next poll.
+type Dispatcher interface {
+	Upsert(s ledger.Subscriber)
+	Remove(id string)
+	Notify(at time.Time, subscriberIDs ...string)
+	Snapshot() map[string]delivery.SubscriberSnapshot
+}
+
+// Config is what a Server needs.
+type Config struct {
+	Ledger     *ledger.Ledger
+	Dispatcher Dispatcher
+	Egress     egress.Policy
+	Token      string // bearer token for /v1
+	MaxBody    int64  // largest event accepted; default 256 KiB
+	Now        func() time.Time
+	Rand       io.Reader // secrets and ids; default crypto/rand
+	Logger     *slog.Logger
+	Metrics    http.Handler // served at /metrics; nil for none
+}
+
+// Server holds the API's dependencies.
+type Server struct {
+	Config
+	log *slog.Logger
+}
+
+// Limits the API enforces.
+const (
+	defaultMaxBody = 256 << 10
+	maxBatchEvents = 1000
+	// batchBodyFactor sizes a batch's body limit from the per-event limit.
+	batchBodyFactor = 16
+	defaultPage     = 50
+	maxPage         = 1000
+)
+
+// New returns the API as an http.Handler.
+func New(cfg Config) *echo.Echo {
+	s := &Server{Config: cfg, log: cfg.Logger}
+	if s.MaxBody <= 0 {
+		s.MaxBody = defaultMaxBody
+	}
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.JSONSerializer = compactJSON{}
+
+	e.GET("/healthz", s.healthz)
+	if cfg.Metrics != nil {
+		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
+	}
+	// Middleware per route rather than on a group: a group with middleware
+	// answers every unmatched method under it with 404 instead of 405.
+	v1 := v1Routes{e, s.auth}
+	v1.POST("/subscribers", s.createSubscriber)
+	v1.GET("/subscribers", s.listSubscribers)
+	v1.GET("/subscribers/:id", s.getSubscriber)
+	v1.PATCH("/subscribers/:id", s.patchSubscriber)
+	v1.DELETE("/subscribers/:id", s.deleteSubscriber)
+	v1.POST("/subscribers/:id/rotate-secret", s.rotateSecret)
+	v1.POST("/subscribers/:id/recover", s.recoverSubscriber)
+	v1.POST("/events", s.postEvent)
+	v1.POST("/events/batch", s.postBatch)
+	v1.GET("/events/:id", s.getEvent)
+	v1.GET("/deliveries", s.listDeliveries)
+	v1.GET("/deliveries/:id", s.getDelivery)
+	v1.POST("/deliveries/:id/retry", s.retryDelivery)
+	v1.GET("/stats", s.stats)
+	return e
+}
+
+type v1Routes struct {
+	e    *echo.Echo
+	auth echo.MiddlewareFunc
+}
+
+func (r v1Routes) GET(p string, h echo.HandlerFunc)    { r.e.GET("/v1"+p, h, r.auth) }
+func (r v1Routes) POST(p string, h echo.HandlerFunc)   { r.e.POST("/v1"+p, h, r.auth) }
+func (r v1Routes) PATCH(p string, h echo.HandlerFunc)  { r.e.PATCH("/v1"+p, h, r.auth) }
+func (r v1Routes) DELETE(p string, h echo.HandlerFunc) { r.e.DELETE("/v1"+p, h, r.auth) }
+
+// auth checks the bearer token in constant time.
+func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
+	want := []byte(s.Token)
+	return func(c echo.Context) error {
+		got, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+		if !ok || len(want) == 0 || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+			return fail(http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token")
+		}
+		return next(c)
+	}
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	if err := s.Ledger.Ping(ctx); err != nil {
+		return fail(http.StatusServiceUnavailable, "unavailable", "database does not answer")
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readBody reads a request body of at most limit bytes (413 beyond).
+func readBody(c echo.Context, limit int64) ([]byte, error) {
+	r := c.Request()
+	if r.ContentLength > limit {
+		return nil, fail(http.StatusRequestEntityTooLarge, "too_large", "request body exceeds %d bytes", limit)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, badRequest("could not read the body")
+	}
+	if int64(len(body)) > limit {
+		return nil, fail(http.StatusRequestEntityTooLarge, "too_large", "request body exceeds %d bytes", limit)
+	}
+	return body, nil
+}
+
+// decodeStrict reads a JSON object into v, refusing unknown fields and
+// trailing data.
+func decodeStrict(body []byte, v any) error {
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return badRequest("the body is empty; expected a JSON object")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("invalid JSON: %s", jsonReason(err))
+	}
+	if dec.More() {
+		return badRequest("invalid JSON: trailing data after the object")
+	}
+	return nil
+}
+
+// jsonReason describes a decoding error without echoing the input.
+func jsonReason(err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case asErr(err, &te):
+		if te.Field != "" {
+			return te.Field + " must be " + jsonKind(te.Type.Kind().String())
+		}
+		return "expected a JSON object"
+	case asErr(err, &se):
+		return "syntax error at byte " + itoa(se.Offset)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		return "unexpected end of input"
+	}
+	return "malformed"
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "a string"
+	case "slice":
+		return "an array"
+	case "struct", "map", "ptr":
+		return "an object"
+	case "bool":
+		return "a boolean"
+	default:
+		return "a number"
+	}
+}
+
+// compactJSON writes responses without echo's indentation.
+type compactJSON struct{}
+
+func (compactJSON) Serialize(c echo.Context, i any, _ string) error {
+	return json.NewEncoder(c.Response()).Encode(i)
+}
+
+func (compactJSON) Deserialize(c echo.Context, i any) error {
+	return json.NewDecoder(c.Request().Body).Decode(i)
+}

@@ -1,0 +1,74 @@
+package api
+
+import (
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// statsWindow is the window success rate and latency are computed over.
+const statsWindow = 5 * time.Minute
+
+type subscriberStats struct {
+	ID          string     `json:"subscriber_id"`
+	Pending     int        `json:"pending"`
+	Inflight    int        `json:"inflight"`
+	Sent        int        `json:"sent"`
+	Dead        int        `json:"dead"`
+	Attempts    int        `json:"attempts_5m"`
+	SuccessRate *float64   `json:"success_rate"` // null when no attempt was made in the window
+	P50MS       int64      `json:"p50_ms"`
+	P99MS       int64      `json:"p99_ms"`
+	Breaker     string     `json:"breaker"`
+	PausedUntil *time.Time `json:"paused_until"`
+	Tokens      float64    `json:"tokens"`
+}
+
+func (s *Server) stats(c echo.Context) error {
+	now := s.Now()
+	st, err := s.Ledger.Stats(c.Request().Context(), now.Add(-statsWindow))
+	if err != nil {
+		return err
+	}
+	snap := s.Dispatcher.Snapshot()
+	var total subscriberStats
+	var okTotal int
+	subs := make([]subscriberStats, 0, len(snap))
+	for id, sn := range snap {
+		row := subscriberStats{ID: id, Breaker: string(sn.Breaker.State), Tokens: sn.Tokens}
+		if row.Breaker == "" {
+			row.Breaker = "closed"
+		}
+		if sn.PausedUntil.After(now) {
+			t := sn.PausedUntil
+			row.PausedUntil = &t
+		}
+		if v, ok := st[id]; ok {
+			row.Pending, row.Inflight, row.Sent, row.Dead = v.Pending, v.Inflight, v.Sent, v.Dead
+			row.Attempts = v.Attempts
+			row.P50MS, row.P99MS = v.P50.Milliseconds(), v.P99.Milliseconds()
+			if v.Attempts > 0 {
+				r := float64(v.Successes) / float64(v.Attempts)
+				row.SuccessRate = &r
+			}
+			okTotal += v.Successes
+		}
+		total.Pending += row.Pending
+		total.Inflight += row.Inflight
+		total.Sent += row.Sent
+		total.Dead += row.Dead
+		total.Attempts += row.Attempts
+		subs = append(subs, row)
+	}
+	sort.Slice(subs, func(i, j int) bool { return subs[i].ID < subs[j].ID })
+	totals := map[string]any{
+		"pending": total.Pending, "inflight": total.Inflight, "sent": total.Sent, "dead": total.Dead,
+		"attempts_5m": total.Attempts, "success_rate": nil,
+	}
+	if total.Attempts > 0 {
+		totals["success_rate"] = float64(okTotal) / float64(total.Attempts)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"subscribers": subs, "totals": totals, "window_seconds": int(statsWindow.Seconds())})
+}

@@ -1,0 +1,289 @@
+package api
+
+import (
+	"crypto/rand"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/shared/event"
+	"github.com/sluice-dev/sluice/shared/signature"
+)
+
+// Subscriber defaults and bounds.
+const (
+	defaultPerSecond   = 50
+	defaultBurst       = 100
+	defaultEdgeShare   = 0.5
+	defaultMaxAttempts = 8
+	defaultTimeoutMS   = 5000
+	maxAttemptsLimit   = 100
+	minTimeoutMS       = 100
+	maxTimeoutMS       = 60_000
+	maxPerSecond       = 1_000_000
+	maxEventTypes      = 100
+	rotationGrace      = 24 * time.Hour
+)
+
+type rateInput struct {
+	PerSecond *float64 `json:"per_second"`
+	Burst     *float64 `json:"burst"`
+	EdgeShare *float64 `json:"edge_share"`
+}
+
+type subscriberInput struct {
+	ID          *string    `json:"id"`
+	URL         *string    `json:"url"`
+	EventTypes  *[]string  `json:"event_types"`
+	Rate        *rateInput `json:"rate"`
+	MaxAttempts *int       `json:"max_attempts"`
+	TimeoutMS   *int       `json:"timeout_ms"`
+	Secret      *string    `json:"secret"`
+	Paused      *bool      `json:"paused"`
+}
+
+func (s *Server) random() io.Reader {
+	if s.Rand != nil {
+		return s.Rand
+	}
+	return rand.Reader
+}
+
+// apply validates in and copies it onto sub; nothing is changed on error.
+func (s *Server) apply(c echo.Context, in subscriberInput, sub *ledger.Subscriber) error {
+	next := *sub
+	if in.URL != nil {
+		u := strings.TrimSpace(*in.URL)
+		if err := s.Egress.CheckURL(c.Request().Context(), u); err != nil {
+			return err
+		}
+		next.URL = u
+	}
+	if in.EventTypes != nil {
+		types := *in.EventTypes
+		if len(types) == 0 || len(types) > maxEventTypes {
+			return invalid("event_types must list 1 to %d types or patterns", maxEventTypes)
+		}
+		for _, t := range types {
+			if !event.ValidPattern(t) {
+				return invalid("event_types: %q is not a type, a prefix pattern like \"video.*\", or \"*\"", t)
+			}
+		}
+		next.EventTypes = append([]string(nil), types...)
+	}
+	if r := in.Rate; r != nil {
+		if r.PerSecond != nil {
+			next.Rate.PerSecond = *r.PerSecond
+		}
+		if r.Burst != nil {
+			next.Rate.Burst = *r.Burst
+		}
+		if r.EdgeShare != nil {
+			next.Rate.EdgeShare = *r.EdgeShare
+		}
+		if !(next.Rate.PerSecond > 0 && next.Rate.PerSecond <= maxPerSecond) {
+			return invalid("rate.per_second must be above 0 and at most %d", maxPerSecond)
+		}
+		if !(next.Rate.Burst >= 1 && next.Rate.Burst <= maxPerSecond) {
+			return invalid("rate.burst must be at least 1 and at most %d", maxPerSecond)
+		}
+		if !(next.Rate.EdgeShare >= 0 && next.Rate.EdgeShare <= 1) {
+			return invalid("rate.edge_share must be between 0 and 1")
+		}
+	}
+	if in.MaxAttempts != nil {
+		if *in.MaxAttempts < 1 || *in.MaxAttempts > maxAttemptsLimit {
+			return invalid("max_attempts must be between 1 and %d", maxAttemptsLimit)
+		}
+		next.MaxAttempts = *in.MaxAttempts
+	}
+	if in.TimeoutMS != nil {
+		if *in.TimeoutMS < minTimeoutMS || *in.TimeoutMS > maxTimeoutMS {
+			return invalid("timeout_ms must be between %d and %d", minTimeoutMS, maxTimeoutMS)
+		}
+		next.TimeoutMS = *in.TimeoutMS
+	}
+	if in.Paused != nil {
+		next.Paused = *in.Paused
+	}
+	*sub = next
+	return nil
+}
+
+func (s *Server) createSubscriber(c echo.Context) error {
+	body, err := readBody(c, s.MaxBody)
+	if err != nil {
+		return err
+	}
+	var in subscriberInput
+	if err := decodeStrict(body, &in); err != nil {
+		return err
+	}
+	if in.URL == nil {
+		return badRequest("url is required")
+	}
+	sub := ledger.Subscriber{
+		EventTypes:  []string{"*"},
+		Rate:        ledger.Rate{PerSecond: defaultPerSecond, Burst: defaultBurst, EdgeShare: defaultEdgeShare},
+		MaxAttempts: defaultMaxAttempts,
+		TimeoutMS:   defaultTimeoutMS,
+	}
+	if in.ID != nil {
+		if !event.ValidID(*in.ID) {
+			return invalid("id must be 1 to 64 characters of A-Z a-z 0-9 _ . : -")
+		}
+		sub.ID = *in.ID
+	} else {
+		sub.ID = event.NewID("sub", s.Now(), s.random())
+	}
+	if in.Secret != nil {
+		if _, err := signature.DecodeSecret(*in.Secret); err != nil {
+			return invalid("secret must be whsec_ followed by base64 of at least 24 bytes")
+		}
+		sub.Secret = *in.Secret
+	} else if sub.Secret, err = signature.NewSecret(s.random()); err != nil {
+		return err
+	}
+	if in.Rate != nil && in.Rate.PerSecond != nil && in.Rate.Burst == nil {
+		// A rate given without a burst keeps the default's proportion, so a
+		// 10/s subscriber is not handed the default burst of 100.
+		b := max(1, 2**in.Rate.PerSecond)
+		in.Rate.Burst = &b
+	}
+	if err := s.apply(c, in, &sub); err != nil {
+		return err
+	}
+	if err := s.Ledger.CreateSubscriber(c.Request().Context(), &sub); err != nil {
+		return err
+	}
+	s.Dispatcher.Upsert(sub)
+	return c.JSON(http.StatusCreated, s.view(sub))
+}
+
+// subscriberView is a subscriber as the API shows it.
+type subscriberView struct {
+	ledger.Subscriber
+	SecretRotatingUntil *time.Time `json:"previous_secret_expires_at,omitempty"`
+}
+
+func (s *Server) view(sub ledger.Subscriber) subscriberView {
+	v := subscriberView{Subscriber: sub}
+	if snap, ok := s.Dispatcher.Snapshot()[sub.ID]; ok {
+		v.Breaker, v.PausedUntil = snap.Breaker, snap.PausedUntil
+	}
+	if sub.PreviousSecret != "" && s.Now().Before(sub.PreviousUntil) {
+		t := sub.PreviousUntil
+		v.SecretRotatingUntil = &t
+	}
+	return v
+}
+
+func (s *Server) listSubscribers(c echo.Context) error {
+	all, err := s.Ledger.Subscribers(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	out := make([]subscriberView, 0, len(all))
+	for _, sub := range all {
+		out = append(out, s.view(sub))
+	}
+	return c.JSON(http.StatusOK, map[string]any{"data": out})
+}
+
+func (s *Server) getSubscriber(c echo.Context) error {
+	sub, err := s.Ledger.Subscriber(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, s.view(sub))
+}
+
+func (s *Server) patchSubscriber(c echo.Context) error {
+	body, err := readBody(c, s.MaxBody)
+	if err != nil {
+		return err
+	}
+	var in subscriberInput
+	if err := decodeStrict(body, &in); err != nil {
+		return err
+	}
+	if in.ID != nil || in.Secret != nil {
+		return badRequest("id and secret cannot be changed here (use rotate-secret for the secret)")
+	}
+	ctx := c.Request().Context()
+	cur, err := s.Ledger.Subscriber(ctx, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	if err := s.apply(c, in, &cur); err != nil {
+		return err
+	}
+	updated, err := s.Ledger.UpdateSubscriber(ctx, cur.ID, func(sub *ledger.Subscriber) {
+		sub.URL, sub.EventTypes, sub.Rate = cur.URL, cur.EventTypes, cur.Rate
+		sub.MaxAttempts, sub.TimeoutMS, sub.Paused = cur.MaxAttempts, cur.TimeoutMS, cur.Paused
+	})
+	if err != nil {
+		return err
+	}
+	s.Dispatcher.Upsert(updated)
+	return c.JSON(http.StatusOK, s.view(updated))
+}
+
+func (s *Server) deleteSubscriber(c echo.Context) error {
+	id := c.Param("id")
+	if err := s.Ledger.DeleteSubscriber(c.Request().Context(), id); err != nil {
+		return err
+	}
+	s.Dispatcher.Remove(id)
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) rotateSecret(c echo.Context) error {
+	secret, err := signature.NewSecret(s.random())
+	if err != nil {
+		return err
+	}
+	now := s.Now()
+	updated, err := s.Ledger.UpdateSubscriber(c.Request().Context(), c.Param("id"), func(sub *ledger.Subscriber) {
+		sub.PreviousSecret, sub.PreviousUntil = sub.Secret, now.Add(rotationGrace)
+		sub.Secret = secret
+	})
+	if err != nil {
+		return err
+	}
+	s.Dispatcher.Upsert(updated)
+	return c.JSON(http.StatusOK, s.view(updated))
+}
+
+func (s *Server) recoverSubscriber(c echo.Context) error {
+	body, err := readBody(c, s.MaxBody)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Since *string `json:"since"`
+	}
+	if err := decodeStrict(body, &in); err != nil {
+		return err
+	}
+	if in.Since == nil {
+		return badRequest("since is required (RFC 3339)")
+	}
+	since, err := time.Parse(time.RFC3339Nano, *in.Since)
+	if err != nil {
+		return invalid("since must be an RFC 3339 time")
+	}
+	id := c.Param("id")
+	n, err := s.Ledger.Recover(c.Request().Context(), id, since)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		s.Dispatcher.Notify(s.Now(), id)
+	}
+	return c.JSON(http.StatusOK, map[string]int{"requeued": n})
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// errUsage marks a command-line mistake (exit status 2).
+var errUsage = errors.New("usage error")
+
+func exitCode(err error) int {
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+// newFlags returns a flag set whose help lists each flag's SLUICE_ variable.
+func newFlags(name, summary string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: sluice %s [flags]\n\n%s\n\nFlags (each also read from its environment variable; a flag wins):\n", name, summary)
+		fs.VisitAll(func(f *flag.Flag) {
+			def := ""
+			if f.DefValue != "" && f.DefValue != "false" {
+				def = fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+			fmt.Fprintf(stderr, "  --%-26s %s%s\n      env %s\n", f.Name, f.Usage, def, envName(f.Name))
+		})
+	}
+	return fs
+}
+
+func envName(flagName string) string {
+	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse parses args, then fills every flag not given on the command line
+// from its SLUICE_ environment variable.
+func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%v: %w", err, errUsage)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: %w", fs.Arg(0), errUsage)
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		if v := getenv(envName(f.Name)); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", errors.Join(errs...), errUsage)
+	}
+	return nil
+}
+
+// byteSize is a flag holding a size like 256KiB, 1MiB or 4096.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	switch v := int64(*b); {
+	case v > 0 && v%(1<<20) == 0:
+		return strconv.FormatInt(v>>20, 10) + "MiB"
+	case v > 0 && v%(1<<10) == 0:
+		return strconv.FormatInt(v>>10, 10) + "KiB"
+	default:
+		return strconv.FormatInt(v, 10)
+	}
+}
+
+func (b *byteSize) Set(s string) error {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"MiB", 1 << 20}, {"KiB", 1 << 10}, {"MB", 1_000_000}, {"KB", 1000}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = v, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n <= 0 {
+		return errors.New("want a positive size such as 256KiB, 1MiB or 65536")
+	}
+	*b = byteSize(n * mult)
+	return nil
+}

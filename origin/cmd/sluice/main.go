@@ -1,0 +1,58 @@
+// Command sluice is the origin of the sluice webhook delivery system: the
+// server (serve), its schema tool (migrate), and a client of its API.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is stamped by the build (-ldflags "-X main.version=…").
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "sluice:", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+const usage = `sluice delivers webhooks without exceeding any subscriber's rate,
+losing an event, or letting one subscriber starve the others.
+
+Usage:
+  sluice serve [flags]     run the origin: API, dispatcher, workers
+  sluice migrate [flags]   apply database migrations and exit
+  sluice version           print the version
+
+Run "sluice COMMAND --help" for a command's flags.
+`
+
+// run is main without the process: arguments, environment and output are
+// passed in so tests can drive every command.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], getenv, stdout, stderr)
+	case "migrate":
+		return migrate(ctx, args[1:], getenv, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "sluice", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q: %w", args[0], errUsage)
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/origin/api"
+	"github.com/sluice-dev/sluice/origin/breaker"
+	"github.com/sluice-dev/sluice/origin/delivery"
+	"github.com/sluice-dev/sluice/origin/egress"
+	"github.com/sluice-dev/sluice/origin/ledger"
+)
+
+type serveConfig struct {
+	addr, db, apiToken     string
+	allowPrivate           bool
+	edgeURL, edgeSecret    string
+	edgeTypes              string
+	workers                int
+	retryBase, retryCap    time.Duration
+	breakerThreshold       int
+	breakerCooldown, drain time.Duration
+	maxBody                byteSize
+	logFormat, logLevel    string
+}
+
+func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
+	c := &serveConfig{maxBody: 256 << 10}
+	fs := newFlags("serve", "Runs the origin: the API, the dispatcher and its workers. Applies migrations first.", stderr)
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "API listen address")
+	fs.StringVar(&c.db, "db", "./data/sluice.db", "SQLite database file (created with its folder)")
+	fs.StringVar(&c.apiToken, "api-token", "", "bearer token for /v1; when unset, one is generated, printed once and kept in the database")
+	fs.BoolVar(&c.allowPrivate, "allow-private-endpoints", false, "allow subscriber URLs on loopback, private and link-local addresses")
+	fs.StringVar(&c.edgeURL, "edge-url", "", "the edge Worker's URL; no edge lane when unset")
+	fs.StringVar(&c.edgeSecret, "edge-secret", "", "the origin-edge signing secret (whsec_…)")
+	fs.StringVar(&c.edgeTypes, "edge-types", "", "comma-separated event types delivered through the edge lane")
+	fs.IntVar(&c.workers, "workers", 64, "concurrent delivery attempts in total")
+	fs.DurationVar(&c.retryBase, "retry-base", time.Second, "full-jitter backoff base")
+	fs.DurationVar(&c.retryCap, "retry-cap", 30*time.Minute, "full-jitter backoff cap")
+	fs.IntVar(&c.breakerThreshold, "breaker-threshold", 5, "consecutive failures that open a subscriber's breaker")
+	fs.DurationVar(&c.breakerCooldown, "breaker-cooldown", 60*time.Second, "time a breaker stays open before its half-open probe")
+	fs.Var(&c.maxBody, "max-body", "largest event accepted (413 beyond)")
+	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "how long shutdown waits for attempts in flight")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return fs, c
+}
+
+func (c *serveConfig) validate() error {
+	var errs []error
+	if c.workers < 1 {
+		errs = append(errs, errors.New("--workers must be at least 1"))
+	}
+	if c.retryBase <= 0 || c.retryCap < c.retryBase {
+		errs = append(errs, errors.New("--retry-base must be positive and --retry-cap at least --retry-base"))
+	}
+	if c.breakerThreshold < 1 || c.breakerCooldown <= 0 {
+		errs = append(errs, errors.New("--breaker-threshold must be at least 1 and --breaker-cooldown positive"))
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		errs = append(errs, errors.New("--log-format must be text or json"))
+	}
+	if (c.edgeURL == "") != (c.edgeSecret == "") {
+		errs = append(errs, errors.New("--edge-url and --edge-secret go together"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", errors.Join(errs...), errUsage)
+	}
+	return nil
+}
+
+func newLogger(format, level string, w io.Writer) *slog.Logger {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		lv = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs, c := serveFlags(stderr)
+	if err := parse(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	log := newLogger(c.logFormat, c.logLevel, stderr)
+
+	l, err := ledger.Open(ctx, c.db, ledger.Options{})
+	if err != nil {
+		if errors.Is(err, ledger.ErrLocked) {
+			return fmt.Errorf("%s is in use by another sluice process; stop it or choose another --db", c.db)
+		}
+		return fmt.Errorf("open %s: %w", c.db, err)
+	}
+	defer l.Close()
+
+	token, err := apiToken(ctx, l, c.apiToken, stdout)
+	if err != nil {
+		return err
+	}
+	if c.edgeURL != "" {
+		log.Warn("the edge lane is not available in this build; every event goes through the origin lane",
+			"edge_types", c.edgeTypes)
+	}
+
+	policy := egress.Policy{AllowPrivate: c.allowPrivate}
+	disp := delivery.New(l, delivery.Config{
+		Workers:      c.workers,
+		RetryBase:    c.retryBase,
+		RetryCap:     c.retryCap,
+		Breaker:      breaker.Settings{Threshold: c.breakerThreshold, Cooldown: c.breakerCooldown},
+		DrainTimeout: c.drain,
+		UserAgent:    "sluice/" + version,
+		Client:       policy.Client(),
+		Logger:       log,
+	})
+	if err := disp.Load(ctx); err != nil {
+		return fmt.Errorf("load subscribers: %w", err)
+	}
+	handler := api.New(api.Config{
+		Ledger: l, Dispatcher: disp, Egress: policy, Token: token,
+		MaxBody: int64(c.maxBody), Logger: log,
+	})
+
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.addr, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	fmt.Fprintf(stdout, "sluice %s listening on http://%s\n", version, ln.Addr())
+	log.Info("serving", "addr", ln.Addr().String(), "workers", c.workers, "allow_private_endpoints", c.allowPrivate)
+
+	dispCtx, stopDispatch := context.WithCancel(context.WithoutCancel(ctx))
+	dispDone := make(chan error, 1)
+	go func() { dispDone <- disp.Run(dispCtx) }()
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Serve(ln) }()
+
+	select {
+	case <-ctx.Done():
+	case err := <-srvDone:
+		stopDispatch()
+		<-dispDone
+		return fmt.Errorf("http server: %w", err)
+	}
+	log.Info("shutting down: refusing new requests, draining attempts in flight")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	herr := srv.Shutdown(shutCtx)
+	stopDispatch()
+	derr := <-dispDone
+	if err := errors.Join(herr, derr); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// apiToken returns the configured token, or the one kept in the database,
+// generating, storing and printing it once when there is none.
+func apiToken(ctx context.Context, l *ledger.Ledger, given string, stdout io.Writer) (string, error) {
+	if given != "" {
+		return given, nil
+	}
+	stored, err := l.Setting(ctx, "api_token")
+	if err != nil {
+		return "", err
+	}
+	if stored != "" {
+		fmt.Fprintln(stdout, "sluice: using the API token stored in the database (set --api-token or SLUICE_API_TOKEN to choose one)")
+		return stored, nil
+	}
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	token := "sk_" + hex.EncodeToString(b)
+	if err := l.SetSetting(ctx, "api_token", token); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(stdout, "sluice: generated an API token (shown once, kept in the database):\n  %s\n", strings.TrimSpace(token))
+	return token, nil
+}
+
+func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlags("migrate", "Applies the database migrations that have not run yet, then exits.", stderr)
+	db := fs.String("db", "./data/sluice.db", "SQLite database file (created with its folder)")
+	if err := parse(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	applied, err := ledger.Migrate(ctx, *db, time.Now())
+	if err != nil {
+		if errors.Is(err, ledger.ErrLocked) {
+			return fmt.Errorf("%s is in use by another sluice process", *db)
+		}
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintln(stdout, "sluice: database is up to date")
+	}
+	for _, name := range applied {
+		fmt.Fprintln(stdout, "sluice: applied", name)
+	}
+	return nil
+}
