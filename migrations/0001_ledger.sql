@@ -42,7 +42,8 @@ CREATE TABLE deliveries (
     subscriber_id   TEXT NOT NULL,
     event_seq       INTEGER NOT NULL,
     status          TEXT NOT NULL,                 -- pending | inflight | sent | dead
-    attempts        INTEGER NOT NULL DEFAULT 0,
+    attempts        INTEGER NOT NULL DEFAULT 0,    -- every attempt ever made; numbers the history
+    budget_from     INTEGER NOT NULL DEFAULT 0,    -- attempts made before the last requeue
     deferrals       INTEGER NOT NULL DEFAULT 0,
     next_attempt_at INTEGER NOT NULL,
     lease_until     INTEGER,

@@ -39,6 +39,7 @@ func (d *Dispatcher) attempt(ctx context.Context, s ledger.Subscriber, signer *s
 		// Shutdown abandoned the attempt: its outcome is unknown, so nothing
 		// is charged; the row stays inflight and is retried after restart.
 		d.release(s.ID)
+		d.unsettled.Add(-1)
 		return
 	}
 	end := d.cfg.Clock.Now()
@@ -117,7 +118,8 @@ func (d *Dispatcher) settle(subID string, c ledger.Claimed, a *ledger.Attempt, r
 			}
 		}
 	}
-	if a.Number >= s.cfg.MaxAttempts {
+	spent := a.Number - c.BudgetFrom
+	if spent >= s.cfg.MaxAttempts {
 		res.Status = ledger.StatusDead
 		return res
 	}
@@ -125,7 +127,7 @@ func (d *Dispatcher) settle(subID string, c ledger.Claimed, a *ledger.Attempt, r
 	if pause > 0 {
 		res.NextAttemptAt = now.Add(pause)
 	} else {
-		res.NextAttemptAt = now.Add(backoff.FullJitter(a.Number, d.cfg.RetryBase, d.cfg.RetryCap, d.cfg.Rand))
+		res.NextAttemptAt = now.Add(backoff.FullJitter(spent, d.cfg.RetryBase, d.cfg.RetryCap, d.cfg.Rand))
 	}
 	return res
 }
@@ -172,4 +174,3 @@ func printable(b []byte) string {
 	}
 	return string(b)
 }
-

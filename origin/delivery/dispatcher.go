@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-dev/sluice/origin/backoff"
@@ -94,7 +95,13 @@ type Dispatcher struct {
 	running  sync.WaitGroup
 	stopping bool
 	idle     chan struct{} // closed and replaced each time the loop goes idle (tests)
+	waiting  bool          // the loop is blocked until woken or its timer fires
 	dirty    map[string]struct{}
+	// unsettled counts attempts started whose outcome is not yet recorded
+	// and fed back into the plan; zero with the loop waiting means the
+	// dispatcher will do nothing until time passes or something changes.
+	unsettled atomic.Int64
+	poked     atomic.Bool // a wake-up was sent that the loop has not acted on
 }
 
 // sub is one subscriber's sending state.
@@ -209,6 +216,7 @@ func (s *sub) note(at time.Time) {
 }
 
 func (d *Dispatcher) poke() {
+	d.poked.Store(true)
 	select {
 	case d.wake <- struct{}{}:
 	default:
@@ -267,20 +275,25 @@ func (d *Dispatcher) loop(ctx, attemptCtx context.Context) error {
 				continue
 			}
 		}
-		d.mu.Lock()
-		close(d.idle)
-		d.idle = make(chan struct{})
-		d.mu.Unlock()
 		var timer <-chan time.Time
 		if wait > 0 {
 			timer = d.cfg.Clock.After(wait)
 		}
+		d.mu.Lock()
+		d.waiting = true
+		close(d.idle)
+		d.idle = make(chan struct{})
+		d.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-d.wake:
 		case <-timer:
 		}
+		d.mu.Lock()
+		d.waiting = false
+		d.poked.Store(false)
+		d.mu.Unlock()
 	}
 }
 
@@ -397,6 +410,7 @@ func (d *Dispatcher) start(ctx context.Context, reqs []ledger.ClaimRequest, res 
 			snap := s.cfg
 			signer := d.signerLocked(s, now)
 			d.running.Add(1)
+			d.unsettled.Add(1)
 			go d.attempt(ctx, snap, signer, c)
 		}
 	}
@@ -443,6 +457,15 @@ func (d *Dispatcher) Snapshot() map[string]SubscriberSnapshot {
 		}
 	}
 	return out
+}
+
+// Quiet reports whether the dispatcher is waiting with nothing in progress:
+// no attempt running or unrecorded and no wake-up pending. Only time passing
+// or a change (an event, a subscriber update) will make it act again.
+func (d *Dispatcher) Quiet() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.waiting && !d.poked.Load() && d.unsettled.Load() == 0
 }
 
 // Idle returns a channel closed the next time the loop has nothing to start

@@ -44,6 +44,7 @@ func (d *Dispatcher) flush(batch []ledger.Result) {
 	}
 	clear(d.dirty)
 	d.mu.Unlock()
+	defer d.unsettled.Add(-int64(len(batch)))
 	if len(batch) == 0 && len(states) == 0 {
 		return
 	}

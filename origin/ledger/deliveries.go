@@ -43,6 +43,7 @@ type Claimed struct {
 	EventType    string
 	Body         []byte
 	Attempts     int // attempts made before this one
+	BudgetFrom   int // attempts made before the last requeue; the budget counts from here
 	Deferrals    int
 	CreatedAt    time.Time
 
@@ -79,7 +80,7 @@ func (l *Ledger) Claim(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult,
 				func(rows *sql.Rows) error {
 					var c Claimed
 					var evSeq, created int64
-					if err := rows.Scan(&c.Seq, &evSeq, &c.Attempts, &c.Deferrals, &created); err != nil {
+					if err := rows.Scan(&c.Seq, &evSeq, &c.Attempts, &c.BudgetFrom, &c.Deferrals, &created); err != nil {
 						return err
 					}
 					c.SubscriberID, c.CreatedAt, c.eventSeq = r.SubscriberID, fromMS(created), evSeq
@@ -290,7 +291,7 @@ func (l *Ledger) Requeue(ctx context.Context, id string) (Delivery, error) {
 		if s := Status(status); s != StatusDead && s != StatusPending {
 			return fmt.Errorf("delivery %s is %s: %w", id, s, ErrConflict)
 		}
-		_, err = w.conn.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?1,
+		_, err = w.conn.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', budget_from = attempts, next_attempt_at = ?1,
 			dead_at = NULL, updated_at = ?1 WHERE seq = ?2`, ms(w.now), seq)
 		return err
 	})
@@ -308,7 +309,7 @@ func (l *Ledger) Recover(ctx context.Context, subscriberID string, since time.Ti
 		if _, ok := l.patterns[subscriberID]; !ok {
 			return fmt.Errorf("subscriber %s: %w", subscriberID, ErrNotFound)
 		}
-		r, err := w.conn.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?1,
+		r, err := w.conn.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', budget_from = attempts, next_attempt_at = ?1,
 			dead_at = NULL, updated_at = ?1 WHERE subscriber_id = ?2 AND status = 'dead' AND dead_at >= ?3`,
 			ms(w.now), subscriberID, since.UnixMilli())
 		if err != nil {

@@ -35,7 +35,7 @@ func (s *statements) prepare(ctx context.Context, c *sql.Conn) error {
 		WHERE seq IN (SELECT seq FROM deliveries
 			WHERE subscriber_id = ?3 AND status = 'pending' AND next_attempt_at <= ?4
 			ORDER BY next_attempt_at LIMIT ?5)
-		RETURNING seq, event_seq, attempts, deferrals, created_at`)
+		RETURNING seq, event_seq, attempts, budget_from, deferrals, created_at`)
 	s.eventsBySeq = p(`SELECT seq, id, type, body FROM events WHERE seq IN (SELECT value FROM json_each(?1))`)
 	s.nextDue = p(`SELECT min(next_attempt_at) FROM deliveries WHERE subscriber_id = ?1 AND status = 'pending'`)
 	s.saveBucket = p(`UPDATE subscribers SET bucket_tokens = ?1, bucket_at_us = ?2 WHERE id = ?3`)

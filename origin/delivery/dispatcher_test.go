@@ -1,0 +1,318 @@
+package delivery
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/origin/breaker"
+	"github.com/sluice-dev/sluice/origin/ledger"
+)
+
+func TestRateCapHoldsUnderABacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	rc := newReceiver(t, b.clock, nil)
+	const perSecond, burst, backlog = 100, 20, 300
+	b.subscriber("partner", rc.URL, func(s *ledger.Subscriber) { s.Rate.PerSecond, s.Rate.Burst = perSecond, burst })
+	b.send("e", "video.trending", backlog)
+	b.settle()
+	b.step(4*time.Second, 5*time.Millisecond)
+
+	at := rc.times()
+	if len(at) != backlog {
+		t.Fatalf("delivered %d of %d", len(at), backlog)
+	}
+	// No 1-second window holds more than burst + rate.
+	for i := range at {
+		n := 0
+		for j := i; j < len(at) && at[j].Sub(at[i]) < time.Second; j++ {
+			n++
+		}
+		if n > burst+perSecond {
+			t.Fatalf("%d deliveries in the second from %v, cap is %d", n, at[i].Sub(t0), burst+perSecond)
+		}
+	}
+	// After the burst, the sustained rate is the configured one within 10%.
+	sustained := at[burst:]
+	rate := float64(len(sustained)-1) / sustained[len(sustained)-1].Sub(sustained[0]).Seconds()
+	if rate < perSecond*0.9 || rate > perSecond*1.1 {
+		t.Fatalf("sustained rate %.1f/s, want %d/s ±10%%", rate, perSecond)
+	}
+}
+
+func TestBucketSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.Rate.PerSecond, s.Rate.Burst = 1, 5 })
+	b.send("e", "t", 20)
+	b.settle()
+	if n := rc.count(); n != 5 {
+		t.Fatalf("first process delivered %d, want the burst of 5", n)
+	}
+	b.stop()
+	b.start() // a new dispatcher at the same instant must find the bucket spent
+	b.settle()
+	if n := rc.count(); n != 5 {
+		t.Fatalf("after restart %d delivered with no time passing, want still 5", n)
+	}
+	b.step(time.Second, 10*time.Millisecond)
+	if n := rc.count(); n != 6 {
+		t.Fatalf("one second after restart %d delivered, want 6", n)
+	}
+}
+
+func TestRetryAfterPausesTheWholeSubscriber(t *testing.T) {
+	t.Parallel()
+	forms := map[string]func(time.Time) string{
+		"delta-seconds": func(time.Time) string { return "120" },
+		"IMF-fixdate":   func(now time.Time) string { return now.Add(120 * time.Second).Format(http.TimeFormat) },
+		"RFC 850":       func(now time.Time) string { return now.Add(120 * time.Second).Format(time.RFC850) },
+		"asctime":       func(now time.Time) string { return now.Add(120 * time.Second).Format(time.ANSIC) },
+	}
+	for name, header := range forms {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, true)
+			rc := newReceiver(t, b.clock, func(r *http.Request, n int) (int, http.Header) {
+				if n == 1 {
+					return http.StatusTooManyRequests, http.Header{"Retry-After": {header(b.clock.Now())}}
+				}
+				return http.StatusOK, nil
+			})
+			// A burst of one makes the first attempt the only one in flight.
+			b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.Rate.PerSecond, s.Rate.Burst = 100, 1 })
+			b.send("e", "t", 5)
+			b.settle()
+			if n := rc.count(); n != 1 {
+				t.Fatalf("%d requests before the 429 was answered, want 1", n)
+			}
+			want := t0.Add(120 * time.Second)
+			if got := b.d.Snapshot()["s"].PausedUntil; !got.Equal(want) {
+				t.Fatalf("paused until %v, want %v", got, want)
+			}
+			stored, err := b.l.Subscriber(context.Background(), "s")
+			if err != nil || !stored.PausedUntil.Equal(want) {
+				t.Fatalf("persisted pause %v (%v), want %v", stored.PausedUntil, err, want)
+			}
+			b.step(119*time.Second, 500*time.Millisecond)
+			if n := rc.count(); n != 1 {
+				t.Fatalf("%d requests during the Retry-After pause, want none after the first", n)
+			}
+			b.step(2*time.Second, 100*time.Millisecond)
+			if n := rc.count(); n != 6 {
+				t.Fatalf("%d requests after the pause, want 6 (the 429 and all five)", n)
+			}
+			d := deliveryOf(t, b, "e-0")
+			if len(d.History) != 2 || d.History[0].RetryAfterMS == nil || *d.History[0].RetryAfterMS != 120_000 {
+				t.Fatalf("first delivery's history = %+v, want the 429 with Retry-After 120s then a success", d.History)
+			}
+		})
+	}
+}
+
+func deliveryOf(t *testing.T, b *bundle, eventID string) ledger.Delivery {
+	t.Helper()
+	_, ds, err := b.l.Event(context.Background(), eventID)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("event %s: %d deliveries (%v)", eventID, len(ds), err)
+	}
+	d, err := b.l.Delivery(context.Background(), ds[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestSlowAndFailingSubscribersDoNotDelayAFastOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t, false, func(c *Config) { c.Workers, c.PerSubscriber = 16, 4 })
+	var slowNow, slowMax atomic.Int64
+	release := make(chan struct{})
+	slow := newReceiver(t, b.clock, func(r *http.Request, _ int) (int, http.Header) {
+		n := slowNow.Add(1)
+		defer slowNow.Add(-1)
+		for m := slowMax.Load(); n > m && !slowMax.CompareAndSwap(m, n); m = slowMax.Load() {
+		}
+		select { // answers in 8 s, like the slow relay
+		case <-time.After(8 * time.Second):
+		case <-r.Context().Done():
+		case <-release:
+		}
+		return http.StatusOK, nil
+	})
+	failing := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) { return http.StatusInternalServerError, nil })
+	fast := newReceiver(t, b.clock, nil)
+	// Release the slow handlers before the servers close (cleanups run last-in first-out).
+	t.Cleanup(func() { close(release) })
+
+	b.subscriber("slow", slow.URL, func(s *ledger.Subscriber) { s.TimeoutMS = 10_000 })
+	b.subscriber("failing", failing.URL, nil)
+	b.subscriber("fast", fast.URL, nil)
+	b.send("e", "video.trending", 100)
+
+	waitFor(t, 3*time.Second, "the fast subscriber's 100 deliveries", func() bool { return fast.count() == 100 })
+	if n := slowNow.Load(); n == 0 {
+		t.Fatal("the slow subscriber had no attempt in flight; the test proves nothing")
+	}
+	if m := slowMax.Load(); m > 4 {
+		t.Fatalf("the slow subscriber held %d workers at once, cap is 4", m)
+	}
+	if n := failing.count(); n == 0 {
+		t.Fatal("the failing subscriber was never tried")
+	}
+}
+
+func TestDeadLetterAfterMaxAttemptsThenRetryAndRecover(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true, func(c *Config) {
+		c.RetryBase, c.RetryCap = time.Second, 4*time.Second
+		c.Breaker.Threshold = 100 // this test is about attempts, not the breaker
+	})
+	var healthy atomic.Bool
+	rc := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
+		if healthy.Load() {
+			return http.StatusOK, nil
+		}
+		return http.StatusBadGateway, nil
+	})
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.MaxAttempts = 3 })
+	b.send("e", "t", 2)
+	b.settle()
+	b.step(20*time.Second, 100*time.Millisecond)
+
+	if n := rc.count(); n != 6 {
+		t.Fatalf("%d requests, want 3 attempts for each of 2 deliveries", n)
+	}
+	d := deliveryOf(t, b, "e-0")
+	if d.Status != ledger.StatusDead || d.Attempts != 3 || d.DeadAt == nil {
+		t.Fatalf("delivery = %s after %d attempts (dead at %v), want dead after 3", d.Status, d.Attempts, d.DeadAt)
+	}
+	for i, a := range d.History {
+		if a.Number != i+1 || a.StatusCode != http.StatusBadGateway || a.Lane != ledger.LaneOrigin {
+			t.Fatalf("attempt %d = %+v", i+1, a)
+		}
+		if i > 0 && a.At.Sub(d.History[i-1].At) > 4*time.Second+100*time.Millisecond {
+			t.Fatalf("attempt %d came %v after the previous one, above the 4s cap", i+1, a.At.Sub(d.History[i-1].At))
+		}
+	}
+	if d.LastError != "HTTP 502" {
+		t.Fatalf("last error %q, want HTTP 502", d.LastError)
+	}
+
+	healthy.Store(true)
+	ctx := context.Background()
+	if _, err := b.l.Requeue(ctx, d.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.d.Notify(b.clock.Now(), "s")
+	b.settle()
+	if d := deliveryOf(t, b, "e-0"); d.Status != ledger.StatusSent || len(d.History) != 4 || d.History[3].Number != 4 ||
+		d.History[3].StatusCode != http.StatusOK {
+		t.Fatalf("retried delivery = %s with history %+v, want sent with the three failures kept and a fourth attempt", d.Status, d.History)
+	}
+	// The other one died at t0 + a few seconds: recovering since a later time
+	// finds nothing, since t0 finds it.
+	if n, err := b.l.Recover(ctx, "s", b.clock.Now().Add(time.Second)); err != nil || n != 0 {
+		t.Fatalf("recover since the future = %d, %v", n, err)
+	}
+	if n, err := b.l.Recover(ctx, "s", t0); err != nil || n != 1 {
+		t.Fatalf("recover since t0 = %d, %v; want 1", n, err)
+	}
+	b.d.Notify(b.clock.Now(), "s")
+	b.settle()
+	if d := deliveryOf(t, b, "e-1"); d.Status != ledger.StatusSent {
+		t.Fatalf("recovered delivery is %s, want sent", d.Status)
+	}
+}
+
+func TestBreakerOpensProbesOnceAndCloses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true, func(c *Config) {
+		c.Breaker = breaker.Settings{Threshold: 3, Cooldown: time.Minute}
+		c.RetryBase, c.RetryCap = 100*time.Millisecond, 100*time.Millisecond
+	})
+	var (
+		healthy atomic.Bool
+		mu      sync.Mutex
+		log     []string // "in" and "out" in arrival order
+	)
+	rc := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
+		mu.Lock()
+		log = append(log, "in")
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			log = append(log, "out")
+			mu.Unlock()
+		}()
+		if healthy.Load() {
+			return http.StatusOK, nil
+		}
+		return http.StatusInternalServerError, nil
+	})
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.MaxAttempts = 20; s.Rate.Burst = 1; s.Rate.PerSecond = 1000 })
+	b.send("e", "t", 5)
+	b.settle()
+	b.step(time.Second, 10*time.Millisecond)
+	if st := b.d.Snapshot()["s"].Breaker.State; st != breaker.Open {
+		t.Fatalf("breaker %s after repeated failures, want open", st)
+	}
+	opened := rc.count()
+	if opened < 3 {
+		t.Fatalf("breaker opened after %d requests, threshold is 3", opened)
+	}
+	stored, _ := b.l.Subscriber(context.Background(), "s")
+	if stored.Breaker.State != breaker.Open {
+		t.Fatalf("persisted breaker %s, want open", stored.Breaker.State)
+	}
+	before := deliveryOf(t, b, "e-4").Attempts
+
+	healthy.Store(true)
+	b.step(58*time.Second, 500*time.Millisecond)
+	if n := rc.count(); n != opened {
+		t.Fatalf("%d requests while the breaker was open, want none", n-opened)
+	}
+	if after := deliveryOf(t, b, "e-4").Attempts; after != before {
+		t.Fatalf("waiting behind an open breaker spent %d attempts", after-before)
+	}
+	mu.Lock()
+	log = nil
+	mu.Unlock()
+	b.step(3*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(log) < 4 || log[0] != "in" || log[1] != "out" {
+		t.Fatalf("after the cooldown the requests went %v, want one probe alone first", log)
+	}
+	if st := b.d.Snapshot()["s"].Breaker.State; st != breaker.Closed {
+		t.Fatalf("breaker %s after a successful probe, want closed", st)
+	}
+	for i := range 5 {
+		if d := deliveryOf(t, b, "e-"+string(rune('0'+i))); d.Status != ledger.StatusSent {
+			t.Fatalf("delivery of e-%d is %s after the breaker closed", i, d.Status)
+		}
+	}
+}
+
+func TestOperatorPauseHoldsDeliveries(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	rc := newReceiver(t, b.clock, nil)
+	s := b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.Paused = true })
+	b.send("e", "t", 3)
+	b.step(2*time.Second, 100*time.Millisecond)
+	if n := rc.count(); n != 0 {
+		t.Fatalf("paused subscriber got %d requests", n)
+	}
+	s.Paused = false
+	b.d.Upsert(s)
+	b.settle()
+	if n := rc.count(); n != 3 {
+		t.Fatalf("unpaused subscriber got %d of 3", n)
+	}
+}

@@ -1,0 +1,239 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/origin/egress"
+	"github.com/sluice-dev/sluice/origin/ledger"
+)
+
+var t0 = time.Date(2026, 7, 11, 8, 14, 0, 0, time.UTC)
+
+// fakeClock is a Clock that moves only when the test says so.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []fakeWaiter
+}
+
+type fakeWaiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- c.now
+		return ch
+	}
+	c.waiters = append(c.waiters, fakeWaiter{c.now.Add(d), ch})
+	return ch
+}
+
+// Advance moves the clock and fires the timers that fall due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if !w.at.After(c.now) {
+			w.ch <- c.now
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	c.waiters = kept
+}
+
+// bundle is a ledger and a running dispatcher over a real SQLite file.
+type bundle struct {
+	t     *testing.T
+	l     *ledger.Ledger
+	d     *Dispatcher
+	clock Clock
+	fake  *fakeClock // nil when running on the wall clock
+	stop  func()
+}
+
+type option func(*Config)
+
+func setup(t *testing.T, fake bool, opts ...option) *bundle {
+	t.Helper()
+	b := &bundle{t: t}
+	var now func() time.Time
+	if fake {
+		b.fake = &fakeClock{now: t0}
+		b.clock, now = b.fake, b.fake.Now
+	} else {
+		b.clock, now = SystemClock{}, time.Now
+	}
+	l, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "sluice.db"), ledger.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.l = l
+	b.start(opts...)
+	t.Cleanup(func() {
+		b.stop()
+		l.Close()
+	})
+	return b
+}
+
+func (b *bundle) start(opts ...option) {
+	cfg := Config{
+		Clock:        b.clock,
+		Rand:         rand.New(rand.NewPCG(7, 11)),
+		Client:       egress.Policy{AllowPrivate: true}.Client(),
+		DrainTimeout: 200 * time.Millisecond,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b.d = New(b.l, cfg)
+	if err := b.d.Load(context.Background()); err != nil {
+		b.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.d.Run(ctx) }()
+	b.stop = func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.t.Errorf("Run: %v", err)
+		}
+	}
+}
+
+func (b *bundle) subscriber(id, url string, change func(*ledger.Subscriber)) ledger.Subscriber {
+	b.t.Helper()
+	s := ledger.Subscriber{ID: id, URL: url, EventTypes: []string{"*"},
+		Rate:        ledger.Rate{PerSecond: 1000, Burst: 1000, EdgeShare: 0.5},
+		MaxAttempts: 8, TimeoutMS: 5000, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+	if change != nil {
+		change(&s)
+	}
+	if err := b.l.CreateSubscriber(context.Background(), &s); err != nil {
+		b.t.Fatal(err)
+	}
+	b.d.Upsert(s)
+	return s
+}
+
+// send enqueues n events of type typ with ids prefix-0…n-1 and wakes the dispatcher.
+func (b *bundle) send(prefix, typ string, n int) {
+	b.t.Helper()
+	events := make([]ledger.NewEvent, n)
+	for i := range events {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		events[i] = ledger.NewEvent{ID: id, Type: typ, Body: fmt.Appendf(nil, `{"id":%q,"type":%q}`, id, typ)}
+	}
+	res, err := b.l.Enqueue(context.Background(), events, false)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	for sub := range res.Subscribers {
+		b.d.Notify(b.clock.Now(), sub)
+	}
+}
+
+// settle waits until the dispatcher has done everything it can at the
+// current time: real waiting on goroutines and sockets, never on the clock.
+func (b *bundle) settle() {
+	b.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !b.d.Quiet() {
+		if time.Now().After(deadline) {
+			b.t.Fatal("dispatcher did not settle within 10s")
+		}
+		runtime.Gosched()
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// step advances the fake clock by d in increments of tick, settling after each.
+func (b *bundle) step(d, tick time.Duration) {
+	b.t.Helper()
+	for moved := time.Duration(0); moved < d; moved += tick {
+		b.fake.Advance(tick)
+		b.d.poke() // the loop may not have taken its timer yet
+		b.settle()
+	}
+}
+
+// receiver is a subscriber endpoint that records what it gets.
+type receiver struct {
+	*httptest.Server
+	mu       sync.Mutex
+	clock    Clock
+	arrivals []time.Time
+	ids      map[string]int
+	answer   func(r *http.Request, n int) (status int, header http.Header)
+}
+
+func newReceiver(t *testing.T, clock Clock, answer func(r *http.Request, n int) (int, http.Header)) *receiver {
+	rc := &receiver{clock: clock, ids: map[string]int{}, answer: answer}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc.mu.Lock()
+		rc.arrivals = append(rc.arrivals, rc.clock.Now())
+		rc.ids[r.Header.Get("webhook-id")]++
+		n := len(rc.arrivals)
+		rc.mu.Unlock()
+		status, h := http.StatusOK, http.Header(nil)
+		if rc.answer != nil {
+			status, h = rc.answer(r, n)
+		}
+		for k, v := range h {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func (rc *receiver) count() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.arrivals)
+}
+
+func (rc *receiver) times() []time.Time {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	out := append([]time.Time(nil), rc.arrivals...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+// waitFor polls cond on the wall clock, for tests that run in real time.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
