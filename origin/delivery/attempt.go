@@ -38,7 +38,7 @@ func (d *Dispatcher) attempt(ctx context.Context, s ledger.Subscriber, signer *s
 	if r.err != nil && ctx.Err() != nil {
 		// Shutdown abandoned the attempt: its outcome is unknown, so nothing
 		// is charged; the row stays inflight and is retried after restart.
-		d.release(s.ID)
+		d.abandon(s.ID)
 		d.unsettled.Add(-1)
 		return
 	}
@@ -54,7 +54,7 @@ func (d *Dispatcher) attempt(ctx context.Context, s ledger.Subscriber, signer *s
 	if r.err != nil {
 		a.Error = describe(r.err, time.Duration(s.TimeoutMS)*time.Millisecond)
 	}
-	d.results <- d.settle(s.ID, c, a, r.retryAfter, end)
+	d.release(d.settle(s.ID, c, a, r.retryAfter, end))
 }
 
 // post makes the HTTP request of an attempt.
@@ -83,21 +83,34 @@ func (d *Dispatcher) post(ctx context.Context, s ledger.Subscriber, signer *sign
 }
 
 // settle turns an attempt into its ledger result and updates the
-// subscriber's breaker and pause at once, so the next plan already obeys them.
-func (d *Dispatcher) settle(subID string, c ledger.Claimed, a *ledger.Attempt, retryAfter string, now time.Time) ledger.Result {
-	res := ledger.Result{Seq: c.Seq, SubscriberID: subID, Attempt: a}
-	ok := a.Error == "" && a.StatusCode >= 200 && a.StatusCode < 300
-
+// subscriber's breaker and pause at once, so the next plan already obeys
+// them; it frees the attempt's worker for the next queued delivery. It
+// returns the result first, then any releases of queued work the outcome
+// put on hold.
+func (d *Dispatcher) settle(subID string, c ledger.Claimed, a *ledger.Attempt, retryAfter string, now time.Time) []ledger.Result {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.poke()
 	d.free++
+	res := d.outcomeLocked(subID, c, a, retryAfter, now)
+	out := []ledger.Result{res}
+	if s, ok := d.subs[subID]; ok {
+		s.inflight--
+		out = append(out, d.holdLocked(s, now)...)
+	}
+	d.dispatchLocked(now)
+	return out
+}
+
+// outcomeLocked classifies an attempt: sent, retry at a time, or dead.
+func (d *Dispatcher) outcomeLocked(subID string, c ledger.Claimed, a *ledger.Attempt, retryAfter string, now time.Time) ledger.Result {
+	res := ledger.Result{Seq: c.Seq, SubscriberID: subID, Attempt: a}
+	ok := a.Error == "" && a.StatusCode >= 200 && a.StatusCode < 300
 	s, known := d.subs[subID]
 	if !known {
-		res.Status = ledger.StatusDead
+		res.Status = ledger.StatusDead // the subscriber was removed; the ledger skips it
 		return res
 	}
-	s.inflight--
 	if s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
 		d.persistState(s)
 	}
@@ -132,8 +145,8 @@ func (d *Dispatcher) settle(subID string, c ledger.Claimed, a *ledger.Attempt, r
 	return res
 }
 
-// release frees the slots of an attempt abandoned at shutdown.
-func (d *Dispatcher) release(subID string) {
+// abandon frees the slots of an attempt abandoned at shutdown.
+func (d *Dispatcher) abandon(subID string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.free++

@@ -32,6 +32,7 @@ type Config struct {
 	RetryCap      time.Duration // full-jitter cap (default 30m)
 	Breaker       breaker.Settings
 	ClaimBatch    int           // most deliveries one subscriber gets per claim (default 256)
+	Prefetch      int           // deliveries a subscriber may have claimed beyond its cap (default 64)
 	DrainTimeout  time.Duration // how long Run waits for attempts in flight at shutdown (default 30s)
 	UserAgent     string
 
@@ -56,6 +57,9 @@ func (c *Config) defaults() {
 	}
 	if c.ClaimBatch <= 0 {
 		c.ClaimBatch = 256
+	}
+	if c.Prefetch <= 0 {
+		c.Prefetch = 64
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 30 * time.Second
@@ -87,16 +91,18 @@ type Dispatcher struct {
 	wake    chan struct{}
 	results chan ledger.Result
 
-	mu       sync.Mutex
-	subs     map[string]*sub
-	order    []string // round-robin order of subscriber ids
-	next     int      // where the next plan starts in order
-	free     int      // global worker slots not in use
-	running  sync.WaitGroup
-	stopping bool
-	idle     chan struct{} // closed and replaced each time the loop goes idle (tests)
-	waiting  bool          // the loop is blocked until woken or its timer fires
-	dirty    map[string]struct{}
+	mu    sync.Mutex
+	subs  map[string]*sub
+	order []string // round-robin order of subscriber ids
+	next  int      // where the next plan starts in order
+	free  int      // global worker slots not in use
+	// attemptCtx outlives Run's context so shutdown can let attempts finish.
+	attemptCtx context.Context
+	running    sync.WaitGroup
+	stopping   bool
+	idle       chan struct{} // closed and replaced each time the loop goes idle (tests)
+	waiting    bool          // the loop is blocked until woken or its timer fires
+	dirty      map[string]struct{}
 	// unsettled counts attempts started whose outcome is not yet recorded
 	// and fed back into the plan; zero with the loop waiting means the
 	// dispatcher will do nothing until time passes or something changes.
@@ -111,6 +117,7 @@ type sub struct {
 	signerAt time.Time // the signer was built for the secrets valid then
 	bucket   bucket.State
 	inflight int
+	queue    []ledger.Claimed // claimed, waiting for a worker; each has a token reserved
 
 	hasWork  bool      // pending deliveries may exist
 	due      time.Time // earliest known due time of those
@@ -153,9 +160,12 @@ func (d *Dispatcher) Load(ctx context.Context) error {
 
 // Upsert tells the dispatcher a subscriber was created or changed.
 func (d *Dispatcher) Upsert(s ledger.Subscriber) {
+	now := d.cfg.Clock.Now()
 	d.mu.Lock()
-	d.upsertLocked(s, d.cfg.Clock.Now())
+	d.upsertLocked(s, now)
+	held := d.holdLocked(d.subs[s.ID], now)
 	d.mu.Unlock()
+	d.release(held)
 	d.poke()
 }
 
@@ -184,6 +194,9 @@ func (d *Dispatcher) upsertLocked(s ledger.Subscriber, now time.Time) {
 func (d *Dispatcher) Remove(id string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if s, ok := d.subs[id]; ok {
+		d.unsettled.Add(-int64(len(s.queue))) // its rows are deleted with it
+	}
 	delete(d.subs, id)
 	for i, o := range d.order {
 		if o == id {
@@ -228,16 +241,27 @@ func (d *Dispatcher) poke() {
 func (d *Dispatcher) Run(ctx context.Context) error {
 	attemptCtx, cancelAttempts := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelAttempts()
+	d.mu.Lock()
+	d.attemptCtx = attemptCtx
+	d.mu.Unlock()
 	recorded := make(chan struct{})
 	go func() {
 		defer close(recorded)
 		d.record()
 	}()
-	err := d.loop(ctx, attemptCtx)
+	err := d.loop(ctx)
 
+	// Stop starting attempts and put back what was claimed but not sent.
 	d.mu.Lock()
 	d.stopping = true
+	var queued []ledger.Result
+	now := d.cfg.Clock.Now()
+	for _, s := range d.subs {
+		queued = append(queued, releases(s.queue, now)...)
+		s.queue = nil
+	}
 	d.mu.Unlock()
+	d.release(queued)
 	drained := make(chan struct{})
 	go func() { d.running.Wait(); close(drained) }()
 	select {
@@ -254,7 +278,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return err
 }
 
-func (d *Dispatcher) loop(ctx, attemptCtx context.Context) error {
+func (d *Dispatcher) loop(ctx context.Context) error {
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -271,7 +295,7 @@ func (d *Dispatcher) loop(ctx, attemptCtx context.Context) error {
 				d.cfg.Logger.Error("claim failed", "err", err)
 				wait = time.Second
 			} else {
-				d.start(attemptCtx, reqs, res, now)
+				d.start(reqs, res, now)
 				continue
 			}
 		}
@@ -297,9 +321,11 @@ func (d *Dispatcher) loop(ctx, attemptCtx context.Context) error {
 	}
 }
 
-// plan decides, for subscribers in round-robin order, how many deliveries
-// each may start now, reserving the slots; and how long the loop may sleep
-// when nobody can (0: until woken).
+// plan decides, for subscribers in round-robin order, how many due
+// deliveries each should claim now, and how long the loop may sleep when
+// nobody can (0: until woken). A subscriber claims only what it can pay for
+// with tokens not already reserved by its queue, and only while it has room
+// for more work ahead; the tokens themselves are spent at send time.
 func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -313,7 +339,7 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 		}
 	}
 	n := len(d.order)
-	for i := 0; i < n && d.free > 0; i++ {
+	for i := range n {
 		id := d.order[(d.next+i)%n]
 		s := d.subs[id]
 		if !s.hasWork || s.claiming || s.cfg.Paused {
@@ -327,36 +353,36 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 			wakeAt(s.cfg.PausedUntil)
 			continue
 		}
-		limit, until, changed := s.cfg.Breaker.Limit(now, d.cfg.Breaker)
-		if changed {
-			d.persistState(s)
-		}
+		limit, until := d.limitLocked(s, now)
 		if limit == 0 {
 			wakeAt(until)
 			continue
 		}
-		cap := d.cfg.PerSubscriber
-		if limit != breaker.Unlimited {
-			cap = limit
-		}
-		room := cap - s.inflight
-		if room <= 0 {
-			continue // a finishing attempt wakes the loop
+		room := limit - s.inflight - len(s.queue)
+		if limit == d.cfg.PerSubscriber {
+			room += d.cfg.Prefetch // claim ahead so a claim's commit never leaves slots idle
 		}
 		rate := s.cfg.Rate.Bucket()
-		tokens := bucket.Available(s.bucket, rate, now)
+		tokens := bucket.Available(s.bucket, rate, now) - len(s.queue)
 		if tokens <= 0 {
-			wakeAt(now.Add(bucket.Wait(s.bucket, rate, now)))
+			if len(s.queue) == 0 {
+				wakeAt(now.Add(bucket.Wait(s.bucket, rate, now)))
+			}
+			continue // else a finishing attempt wakes the loop
+		}
+		take := min(tokens, room, d.cfg.ClaimBatch)
+		if take <= 0 {
 			continue
 		}
-		take := min(tokens, room, d.free, d.cfg.ClaimBatch)
-		d.free -= take
-		s.inflight += take
 		s.claiming, s.noted = true, time.Time{}
+		// Persist the bucket as if every queued and claimed delivery were
+		// already sent: after a crash the bucket is never fuller than it was.
+		reserved := s.bucket
+		reserved.Tokens -= float64(len(s.queue))
 		timeout := time.Duration(s.cfg.TimeoutMS) * time.Millisecond
 		reqs = append(reqs, ledger.ClaimRequest{
 			SubscriberID: id, Max: take, Now: now, LeaseUntil: now.Add(timeout + leaseMargin),
-			Rate: rate, Bucket: s.bucket,
+			Rate: rate, Bucket: reserved,
 		})
 	}
 	if n > 0 {
@@ -368,37 +394,43 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 	return reqs, max(first.Sub(now), time.Millisecond)
 }
 
-// unplan returns the slots plan reserved for a claim that failed.
+// limitLocked is how many attempts a subscriber may have in flight at now,
+// and when that changes if it is zero.
+func (d *Dispatcher) limitLocked(s *sub, now time.Time) (int, time.Time) {
+	limit, until, changed := s.cfg.Breaker.Limit(now, d.cfg.Breaker)
+	if changed {
+		d.persistState(s)
+	}
+	if limit == breaker.Unlimited {
+		return d.cfg.PerSubscriber, until
+	}
+	return limit, until
+}
+
+// unplan forgets claims that failed to commit.
 func (d *Dispatcher) unplan(reqs []ledger.ClaimRequest) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, r := range reqs {
-		d.free += r.Max
 		if s, ok := d.subs[r.SubscriberID]; ok {
-			s.inflight -= r.Max
 			s.claiming = false
 		}
 	}
 }
 
-// start applies claim results and launches an attempt per claimed delivery.
-func (d *Dispatcher) start(ctx context.Context, reqs []ledger.ClaimRequest, res []ledger.ClaimResult, now time.Time) {
+// start queues what the claims returned and sends what slots allow.
+func (d *Dispatcher) start(reqs []ledger.ClaimRequest, res []ledger.ClaimResult, now time.Time) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	var released []ledger.Result
 	for i, r := range reqs {
 		got := res[i]
-		unused := r.Max - len(got.Deliveries)
-		d.free += unused
+		d.unsettled.Add(int64(len(got.Deliveries)))
 		s, ok := d.subs[r.SubscriberID]
 		if !ok {
-			d.free += len(got.Deliveries) // removed meanwhile; its rows are gone too
+			d.unsettled.Add(-int64(len(got.Deliveries))) // removed meanwhile; its rows are gone too
 			continue
 		}
-		s.inflight -= unused
 		s.claiming = false
-		if len(got.Deliveries) > 0 {
-			s.bucket = got.Bucket
-		}
 		if got.Drained {
 			s.hasWork, s.due = !got.NextDue.IsZero(), got.NextDue
 		}
@@ -406,13 +438,89 @@ func (d *Dispatcher) start(ctx context.Context, reqs []ledger.ClaimRequest, res 
 			s.note(s.noted)
 			s.noted = time.Time{}
 		}
-		for _, c := range got.Deliveries {
-			snap := s.cfg
-			signer := d.signerLocked(s, now)
+		s.queue = append(s.queue, got.Deliveries...)
+		released = append(released, d.holdLocked(s, now)...)
+	}
+	d.dispatchLocked(now)
+	d.mu.Unlock()
+	d.release(released)
+}
+
+// dispatchLocked starts queued deliveries while there are free workers,
+// taking subscribers in turn so one long queue cannot take every worker.
+func (d *Dispatcher) dispatchLocked(now time.Time) {
+	if d.stopping {
+		return
+	}
+	for progress := true; progress && d.free > 0; {
+		progress = false
+		for _, id := range d.order {
+			if d.free == 0 {
+				return
+			}
+			s := d.subs[id]
+			if len(s.queue) == 0 || s.cfg.Paused || s.cfg.PausedUntil.After(now) {
+				continue
+			}
+			if limit, _ := d.limitLocked(s, now); s.inflight >= limit {
+				continue
+			}
+			var ok bool
+			if s.bucket, ok = bucket.Take(s.bucket, s.cfg.Rate.Bucket(), now, 1); !ok {
+				continue // reserved tokens cannot run out; a lowered rate can
+			}
+			c := s.queue[0]
+			s.queue = s.queue[1:]
+			s.inflight++
+			d.free--
 			d.running.Add(1)
-			d.unsettled.Add(1)
-			go d.attempt(ctx, snap, signer, c)
+			go d.attempt(d.attemptCtx, s.cfg, d.signerLocked(s, now), c)
+			progress = true
 		}
+	}
+}
+
+// holdLocked empties the queue of a subscriber that may not send now
+// (paused, breaker open), returning the releases to record: claimed work
+// must not sit in flight while its subscriber waits.
+func (d *Dispatcher) holdLocked(s *sub, now time.Time) []ledger.Result {
+	if len(s.queue) == 0 {
+		return nil
+	}
+	at := now
+	switch limit, until := d.limitLocked(s, now); {
+	case s.cfg.Paused:
+	case s.cfg.PausedUntil.After(now):
+		at = s.cfg.PausedUntil
+	case limit == 0:
+		at = until
+	case limit < d.cfg.PerSubscriber && len(s.queue) > limit:
+		// Half-open: keep the one probe, release the rest.
+		out := releases(s.queue[limit:], at)
+		s.queue = s.queue[:limit]
+		s.note(at)
+		return out
+	default:
+		return nil
+	}
+	out := releases(s.queue, at)
+	s.queue = nil
+	s.note(at)
+	return out
+}
+
+func releases(cs []ledger.Claimed, at time.Time) []ledger.Result {
+	out := make([]ledger.Result, len(cs))
+	for i, c := range cs {
+		out[i] = ledger.Result{Seq: c.Seq, SubscriberID: c.SubscriberID, Released: true, NextAttemptAt: at}
+	}
+	return out
+}
+
+// release hands releases to the recorder; call without d.mu held.
+func (d *Dispatcher) release(rs []ledger.Result) {
+	for _, r := range rs {
+		d.results <- r
 	}
 }
 

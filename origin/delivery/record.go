@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/sluice-dev/sluice/origin/ledger"
@@ -48,17 +49,19 @@ func (d *Dispatcher) flush(batch []ledger.Result) {
 	if len(batch) == 0 && len(states) == 0 {
 		return
 	}
-	// Outcomes must not be lost to a cancelled context: retry until written.
+	// An outcome must not be lost while the process runs: its row stays in
+	// flight until recorded (leases are reclaimed only at start-up, since
+	// one process owns the file), so keep trying while the database refuses.
 	for try := 0; ; try++ {
 		err := d.ledger.Record(context.Background(), batch, states)
 		if err == nil {
 			break
 		}
-		d.cfg.Logger.Error("recording attempts failed; retrying", "err", err, "attempts", len(batch))
-		if try >= 5 {
-			return // rows stay inflight and return to pending at the next start
+		if errors.Is(err, ledger.ErrClosed) {
+			return // shutting down: the rows return to pending at the next start
 		}
-		time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
+		d.cfg.Logger.Error("recording attempt outcomes failed; retrying", "err", err, "outcomes", len(batch))
+		time.Sleep(min(time.Duration(try+1)*100*time.Millisecond, 5*time.Second))
 	}
 	d.mu.Lock()
 	for _, r := range batch {

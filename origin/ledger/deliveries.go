@@ -176,9 +176,11 @@ func collectStmt(ctx context.Context, st *sql.Stmt, args []any, each func(*sql.R
 type Result struct {
 	Seq          int64
 	SubscriberID string
-	// Attempt is nil for a deferral (the edge lane had no token): the
-	// delivery goes back to pending at NextAttemptAt without spending an attempt.
+	// Attempt is nil for a deferral (the edge lane had no token) or a
+	// release (claimed but never sent): the delivery goes back to pending
+	// at NextAttemptAt without spending an attempt.
 	Attempt       *Attempt
+	Released      bool   // a release rather than a deferral: nothing is counted
 	Status        Status // sent, pending (retry) or dead
 	NextAttemptAt time.Time
 }
@@ -227,6 +229,8 @@ func (l *Ledger) Record(ctx context.Context, results []Result, states []Subscrib
 		for _, r := range rows {
 			var err error
 			switch {
+			case r.Released:
+				_, err = w.s.release.ExecContext(ctx, ms(r.NextAttemptAt), now, r.Seq)
 			case r.Attempt == nil:
 				_, err = w.s.defer_.ExecContext(ctx, ms(r.NextAttemptAt), now, r.Seq)
 			case r.Status == StatusSent:

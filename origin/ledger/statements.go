@@ -16,6 +16,7 @@ type statements struct {
 	reschedule   *sql.Stmt
 	markDead     *sql.Stmt
 	defer_       *sql.Stmt
+	release      *sql.Stmt
 	saveState    *sql.Stmt
 	countByEvent *sql.Stmt
 	all          []*sql.Stmt
@@ -47,6 +48,8 @@ func (s *statements) prepare(ctx context.Context, c *sql.Conn) error {
 		lease_until = NULL, last_error = ?2 WHERE seq = ?3 AND status = 'inflight'`)
 	s.defer_ = p(`UPDATE deliveries SET status = 'pending', deferrals = deferrals + 1, next_attempt_at = ?1,
 		updated_at = ?2, lease_until = NULL WHERE seq = ?3 AND status = 'inflight'`)
+	s.release = p(`UPDATE deliveries SET status = 'pending', next_attempt_at = ?1, updated_at = ?2, lease_until = NULL
+		WHERE seq = ?3 AND status = 'inflight'`)
 	s.saveState = p(`UPDATE subscribers SET paused_until = ?1, breaker_state = ?2, breaker_failures = ?3,
 		breaker_opened_at = ?4 WHERE id = ?5`)
 	s.countByEvent = p(`SELECT count(*) FROM deliveries WHERE event_seq = (SELECT seq FROM events WHERE id = ?1)`)
