@@ -158,7 +158,8 @@ func decodeStrict(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return badRequest("invalid JSON: %s", jsonReason(err))
 	}
-	if dec.More() {
+	// More() misses a trailing '}' or ']'; only end of input will do.
+	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("invalid JSON: trailing data after the object")
 	}
 	return nil

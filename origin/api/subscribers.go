@@ -141,7 +141,7 @@ func (s *Server) createSubscriber(c echo.Context) error {
 		sub.ID = event.NewID("sub", s.Now(), s.random())
 	}
 	if in.Secret != nil {
-		if _, err := signature.DecodeSecret(*in.Secret); err != nil {
+		if _, err := signature.DecodeSecret(*in.Secret); err != nil || !strings.HasPrefix(*in.Secret, signature.SecretPrefix) {
 			return invalid("secret must be whsec_ followed by base64 of at least 24 bytes")
 		}
 		sub.Secret = *in.Secret
