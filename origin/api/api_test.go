@@ -1,0 +1,962 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/sluice-dev/sluice/origin/api"
+	"github.com/sluice-dev/sluice/origin/delivery"
+	"github.com/sluice-dev/sluice/origin/egress"
+	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/shared/event"
+)
+
+const testToken = "test-token-0123456789"
+
+// waitLimit bounds every wait for an asynchronous delivery.
+const waitLimit = 10 * time.Second
+
+// clock is the API's injected clock: it stands still unless a test moves it.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// bundle is one real sluice origin: ledger file, running dispatcher, API.
+type bundle struct {
+	ledger *ledger.Ledger
+	disp   *delivery.Dispatcher
+	srv    *httptest.Server
+	clock  *clock
+	cfg    api.Config
+}
+
+// setup builds a fresh bundle. opts adjust the API's config (egress policy,
+// body limit) before the server starts.
+func setup(t *testing.T, opts ...func(*api.Config)) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	l, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "sluice.db"), ledger.Options{})
+	if err != nil {
+		t.Fatalf("open ledger: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("close ledger: %v", err)
+		}
+	})
+
+	disp := delivery.New(l, delivery.Config{
+		Client:       egress.Policy{AllowPrivate: true}.Client(),
+		DrainTimeout: 5 * time.Second,
+		Logger:       log,
+	})
+	if err := disp.Load(ctx); err != nil {
+		t.Fatalf("load dispatcher: %v", err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- disp.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-runErr:
+			if err != nil {
+				t.Errorf("dispatcher Run: %v", err)
+			}
+		case <-time.After(waitLimit):
+			t.Errorf("dispatcher Run did not return within %s of cancel", waitLimit)
+		}
+	})
+
+	clk := &clock{t: time.Now().Truncate(time.Millisecond)}
+	cfg := api.Config{
+		Ledger:     l,
+		Dispatcher: disp,
+		Egress:     egress.Policy{AllowPrivate: true},
+		Token:      testToken,
+		Now:        clk.Now,
+		Logger:     log,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv := httptest.NewServer(api.New(cfg))
+	t.Cleanup(srv.Close)
+	return &bundle{ledger: l, disp: disp, srv: srv, clock: clk, cfg: cfg}
+}
+
+func denyPrivate(c *api.Config) { c.Egress = egress.Policy{AllowPrivate: false} }
+
+// response is an API answer, read whole.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// call sends one request. hdr holds extra headers; an "Authorization" entry
+// in it (even empty) replaces the default bearer token.
+func (b *bundle) call(t *testing.T, method, path, body string, hdr map[string]string) response {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, b.srv.URL+path, rd)
+	if err != nil {
+		t.Fatalf("build %s %s: %v", method, path, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		if v == "" {
+			req.Header.Del(k)
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := b.srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: raw}
+}
+
+// do sends a request with the token, asserts the status and decodes the
+// JSON answer into out (when out is not nil).
+func (b *bundle) do(t *testing.T, method, path, body string, want int, out any) response {
+	t.Helper()
+	r := b.call(t, method, path, body, nil)
+	if r.status != want {
+		t.Fatalf("%s %s: status %d, want %d; body: %s", method, path, r.status, want, r.body)
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.body, out); err != nil {
+			t.Fatalf("%s %s: decode %s: %v", method, path, r.body, err)
+		}
+	}
+	return r
+}
+
+type rateJSON struct {
+	PerSecond float64 `json:"per_second"`
+	Burst     float64 `json:"burst"`
+}
+
+type subscriberJSON struct {
+	ID                      string     `json:"id"`
+	URL                     string     `json:"url"`
+	EventTypes              []string   `json:"event_types"`
+	Rate                    rateJSON   `json:"rate"`
+	MaxAttempts             int        `json:"max_attempts"`
+	TimeoutMS               int        `json:"timeout_ms"`
+	Secret                  string     `json:"secret"`
+	Paused                  bool       `json:"paused"`
+	UpdatedAt               time.Time  `json:"updated_at"`
+	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at"`
+}
+
+type attemptJSON struct {
+	Number     int       `json:"number"`
+	At         time.Time `json:"at"`
+	Lane       string    `json:"lane"`
+	StatusCode int       `json:"status_code"`
+	Error      string    `json:"error"`
+	DurationMS *int64    `json:"duration_ms"`
+	Response   string    `json:"response"`
+}
+
+type deliveryJSON struct {
+	ID           string        `json:"id"`
+	EventID      string        `json:"event_id"`
+	EventType    string        `json:"event_type"`
+	SubscriberID string        `json:"subscriber_id"`
+	Status       string        `json:"status"`
+	AttemptCount int           `json:"attempt_count"`
+	UpdatedAt    time.Time     `json:"updated_at"`
+	LastError    string        `json:"last_error"`
+	Attempts     []attemptJSON `json:"attempts"`
+}
+
+type eventJSON struct {
+	ID         string          `json:"id"`
+	Type       string          `json:"type"`
+	Body       json.RawMessage `json:"body"`
+	Deliveries []deliveryJSON  `json:"deliveries"`
+}
+
+type enqueuedJSON struct {
+	ID         string `json:"id"`
+	Deliveries int    `json:"deliveries"`
+	Duplicate  bool   `json:"duplicate"`
+}
+
+type batchJSON struct {
+	Accepted   int `json:"accepted"`
+	Duplicates int `json:"duplicates"`
+	Deliveries int `json:"deliveries"`
+}
+
+func (b *bundle) createSubscriber(t *testing.T, body string) subscriberJSON {
+	t.Helper()
+	var s subscriberJSON
+	b.do(t, "POST", "/v1/subscribers", body, http.StatusCreated, &s)
+	return s
+}
+
+func (b *bundle) postEvent(t *testing.T, body string, want int) enqueuedJSON {
+	t.Helper()
+	var e enqueuedJSON
+	b.do(t, "POST", "/v1/events", body, want, &e)
+	return e
+}
+
+func (b *bundle) event(t *testing.T, id string) eventJSON {
+	t.Helper()
+	var e eventJSON
+	b.do(t, "GET", "/v1/events/"+id, "", http.StatusOK, &e)
+	return e
+}
+
+func (b *bundle) delivery(t *testing.T, id string) deliveryJSON {
+	t.Helper()
+	var d deliveryJSON
+	b.do(t, "GET", "/v1/deliveries/"+id, "", http.StatusOK, &d)
+	return d
+}
+
+// deliveries walks every page of GET /v1/deliveries?query.
+func (b *bundle) deliveries(t *testing.T, query string) []deliveryJSON {
+	t.Helper()
+	var all []deliveryJSON
+	cursor := ""
+	for page := 0; ; page++ {
+		if page > 10_000 {
+			t.Fatalf("GET /v1/deliveries?%s: more than 10000 pages", query)
+		}
+		path := "/v1/deliveries?limit=1000"
+		if query != "" {
+			path += "&" + query
+		}
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		var p struct {
+			Data       []deliveryJSON `json:"data"`
+			NextCursor string         `json:"next_cursor"`
+		}
+		b.do(t, "GET", path, "", http.StatusOK, &p)
+		all = append(all, p.Data...)
+		if p.NextCursor == "" {
+			return all
+		}
+		cursor = p.NextCursor
+	}
+}
+
+// waitFor polls cond every few milliseconds until it holds, failing with
+// what and cond's last explanation after waitLimit.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last seen: %s", waitLimit, what, last)
+		}
+		<-tick.C
+	}
+}
+
+// waitStatus waits until the delivery has the status and returns it.
+func (b *bundle) waitStatus(t *testing.T, id, status string) deliveryJSON {
+	t.Helper()
+	var d deliveryJSON
+	waitFor(t, "delivery "+id+" to be "+status, func() (bool, string) {
+		d = b.delivery(t, id)
+		return d.Status == status, fmt.Sprintf("status %q after %d attempts (%s)", d.Status, d.AttemptCount, d.LastError)
+	})
+	return d
+}
+
+// quiesce returns once the dispatcher has run a whole planning pass that
+// started after every change made before the call, and gone idle.
+func (b *bundle) quiesce(t *testing.T, subscriberIDs ...string) {
+	t.Helper()
+	// Twice: the first idle may belong to a pass that began before the
+	// caller's change; the second pass begins after the first idle.
+	for range 2 {
+		idle := b.disp.Idle()
+		b.disp.Notify(time.Now(), subscriberIDs...)
+		select {
+		case <-idle:
+		case <-time.After(waitLimit):
+			t.Fatalf("dispatcher did not go idle within %s", waitLimit)
+		}
+	}
+}
+
+// received is one request a receiver got.
+type received struct {
+	header http.Header
+	body   []byte
+}
+
+// receiver is a subscriber endpoint that records what it gets.
+type receiver struct {
+	srv *httptest.Server
+	got chan received
+
+	mu     sync.Mutex
+	status int
+}
+
+func newReceiver(t *testing.T) *receiver {
+	t.Helper()
+	r := &receiver{got: make(chan received, 1024), status: http.StatusOK}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		select {
+		case r.got <- received{header: req.Header.Clone(), body: body}:
+		default: // a test that floods its receiver has already failed
+		}
+		r.mu.Lock()
+		status := r.status
+		r.mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) setStatus(code int) {
+	r.mu.Lock()
+	r.status = code
+	r.mu.Unlock()
+}
+
+func (r *receiver) url() string { return r.srv.URL + "/hook" }
+
+// next waits for the receiver's next request.
+func (r *receiver) next(t *testing.T) received {
+	t.Helper()
+	select {
+	case got := <-r.got:
+		return got
+	case <-time.After(waitLimit):
+		t.Fatalf("receiver got nothing within %s", waitLimit)
+		return received{}
+	}
+}
+
+// none asserts the receiver has got nothing more so far.
+func (r *receiver) none(t *testing.T) {
+	t.Helper()
+	select {
+	case got := <-r.got:
+		t.Fatalf("receiver got an unexpected request: webhook-id %q body %s", got.header.Get("webhook-id"), got.body)
+	default:
+	}
+}
+
+func verify(t *testing.T, secret string, got received) {
+	t.Helper()
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		t.Fatalf("standardwebhooks.NewWebhook: %v", err)
+	}
+	if err := wh.Verify(got.body, got.header); err != nil {
+		t.Errorf("public library rejects webhook-id %q: %v (webhook-signature %q)",
+			got.header.Get("webhook-id"), err, got.header.Get("webhook-signature"))
+	}
+}
+
+func TestHealthzNeedsNoToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.call(t, "GET", "/healthz", "", map[string]string{"Authorization": ""})
+	if r.status != http.StatusOK {
+		t.Fatalf("GET /healthz without token: status %d, want 200; body %s", r.status, r.body)
+	}
+	var body map[string]string
+	if err := json.Unmarshal(r.body, &body); err != nil || body["status"] != "ok" {
+		t.Errorf("GET /healthz body %s, want {\"status\":\"ok\"} (%v)", r.body, err)
+	}
+}
+
+func TestSubscriberDefaults(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	s := b.createSubscriber(t, fmt.Sprintf(`{"url":%q}`, rcv.url()))
+
+	if !regexp.MustCompile(`^sub_[0-9a-hjkmnp-tv-z]{26}$`).MatchString(s.ID) {
+		t.Errorf("generated subscriber id %q, want sub_ and 26 Crockford base32 characters", s.ID)
+	}
+	if got, want := s.ID[:14], event.NewID("sub", b.clock.Now(), bytes.NewReader(make([]byte, 16)))[:14]; got != want {
+		t.Errorf("subscriber id %q starts %q, want the API clock's time %q", s.ID, got, want)
+	}
+	if !strings.HasPrefix(s.Secret, "whsec_") {
+		t.Errorf("generated secret %q lacks the whsec_ prefix", s.Secret)
+	}
+	if _, err := standardwebhooks.NewWebhook(s.Secret); err != nil {
+		t.Errorf("generated secret is not a Standard Webhooks secret: %v", err)
+	}
+	if s.URL != rcv.url() || !slices.Equal(s.EventTypes, []string{"*"}) ||
+		s.Rate != (rateJSON{PerSecond: 50, Burst: 100}) || s.MaxAttempts != 8 || s.TimeoutMS != 5000 || s.Paused {
+		t.Errorf("defaults: got %+v, want url %s, types [*], rate 50/100, 8 attempts, 5000 ms, not paused", s, rcv.url())
+	}
+
+	var got subscriberJSON
+	b.do(t, "GET", "/v1/subscribers/"+s.ID, "", http.StatusOK, &got)
+	if got.ID != s.ID || got.Secret != s.Secret || got.URL != s.URL {
+		t.Errorf("GET /v1/subscribers/%s = %+v, want what POST answered %+v", s.ID, got, s)
+	}
+	var list struct {
+		Data []subscriberJSON `json:"data"`
+	}
+	b.do(t, "GET", "/v1/subscribers", "", http.StatusOK, &list)
+	if len(list.Data) != 1 || list.Data[0].ID != s.ID {
+		t.Errorf("GET /v1/subscribers = %+v, want just %s", list.Data, s.ID)
+	}
+}
+
+func TestGeneratedEventID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"s1","url":%q}`, rcv.url()))
+
+	// Odd spacing on purpose: every byte after the brace must reach the
+	// receiver unchanged.
+	body := "{ \"type\" : \"video.trending\",\n  \"data\": {\"views\": 1e3, \"tags\": [\"a\", \"é\"]} }"
+	e := b.postEvent(t, body, http.StatusAccepted)
+	if !regexp.MustCompile(`^evt_[0-9a-hjkmnp-tv-z]{26}$`).MatchString(e.ID) {
+		t.Fatalf("generated event id %q, want evt_ and 26 Crockford base32 characters", e.ID)
+	}
+	if got, want := e.ID[:14], event.NewID("evt", b.clock.Now(), bytes.NewReader(make([]byte, 16)))[:14]; got != want {
+		t.Errorf("event id %q starts %q, want the API clock's time %q", e.ID, got, want)
+	}
+	if e.Deliveries != 1 || e.Duplicate {
+		t.Errorf("POST /v1/events = %+v, want 1 delivery, not a duplicate", e)
+	}
+
+	got := rcv.next(t)
+	want := `{"id":"` + e.ID + `",` + body[1:]
+	if string(got.body) != want {
+		t.Errorf("receiver body:\n got %q\nwant %q", got.body, want)
+	}
+	if id := got.header.Get("webhook-id"); id != e.ID {
+		t.Errorf("webhook-id %q, want %q", id, e.ID)
+	}
+	// The API shows the stored body re-encoded (compacted) inside its
+	// answer; what it holds must still be the same JSON.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, []byte(want)); err != nil {
+		t.Fatal(err)
+	}
+	stored := b.event(t, e.ID)
+	if string(stored.Body) != compact.String() || stored.Type != "video.trending" {
+		t.Errorf("GET /v1/events/%s: type %q body %s, want video.trending and %s", e.ID, stored.Type, stored.Body, compact.String())
+	}
+}
+
+func TestIdempotentEnqueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	// Paused: this test is about the ledger, not about sending.
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"a","url":%q,"paused":true}`, rcv.url()))
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"b","url":%q,"paused":true}`, rcv.url()))
+
+	first := b.postEvent(t, `{"id":"e1","type":"order.created"}`, http.StatusAccepted)
+	if first != (enqueuedJSON{ID: "e1", Deliveries: 2}) {
+		t.Errorf("first POST = %+v, want {e1 2 false}", first)
+	}
+	// Same id, different body: still a duplicate, nothing new.
+	again := b.postEvent(t, `{"id":"e1","type":"order.created","n":2}`, http.StatusOK)
+	if again != (enqueuedJSON{ID: "e1", Deliveries: 2, Duplicate: true}) {
+		t.Errorf("second POST = %+v, want {e1 2 true}", again)
+	}
+	for _, sub := range []string{"a", "b"} {
+		if ds := b.deliveries(t, "subscriber_id="+sub); len(ds) != 1 || ds[0].EventID != "e1" {
+			t.Errorf("deliveries of %s after a duplicate POST: %+v, want exactly one for e1", sub, ds)
+		}
+	}
+	if e := b.event(t, "e1"); string(e.Body) != `{"id":"e1","type":"order.created"}` {
+		t.Errorf("the duplicate replaced the stored body: %s", e.Body)
+	}
+
+	// e2 twice inside the batch, e1 already stored, one without an id.
+	var res batchJSON
+	b.do(t, "POST", "/v1/events/batch", `{"events":[
+		{"id":"e2","type":"order.created"},
+		{"id":"e3","type":"order.created"},
+		{"id":"e2","type":"order.created"},
+		{"id":"e1","type":"order.created"},
+		{"type":"order.created"}
+	]}`, http.StatusAccepted, &res)
+	if res != (batchJSON{Accepted: 3, Duplicates: 2, Deliveries: 6}) {
+		t.Errorf("batch = %+v, want accepted 3, duplicates 2, deliveries 6", res)
+	}
+	for _, id := range []string{"e1", "e2", "e3"} {
+		if e := b.event(t, id); len(e.Deliveries) != 2 {
+			t.Errorf("event %s has %d deliveries, want 2", id, len(e.Deliveries))
+		}
+	}
+	if all := b.deliveries(t, ""); len(all) != 8 {
+		t.Errorf("%d deliveries in all, want 8 (4 events × 2 subscribers)", len(all))
+	}
+
+	// The same batch again is all duplicates.
+	b.do(t, "POST", "/v1/events/batch", `{"events":[{"id":"e2","type":"order.created"},{"id":"e3","type":"order.created"}]}`,
+		http.StatusAccepted, &res)
+	if res != (batchJSON{Accepted: 0, Duplicates: 2, Deliveries: 0}) {
+		t.Errorf("repeated batch = %+v, want accepted 0, duplicates 2, deliveries 0", res)
+	}
+}
+
+func TestFanOutByEventType(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	for id, types := range map[string]string{
+		"exact":    `["video.trending"]`,
+		"all":      `["*"]`,
+		"prefix":   `["video.*"]`,
+		"invoices": `["invoice.paid"]`,
+	} {
+		b.createSubscriber(t, fmt.Sprintf(`{"id":%q,"url":%q,"event_types":%s,"paused":true}`, id, rcv.url(), types))
+	}
+
+	cases := []struct {
+		id, typ string
+		subs    []string
+	}{
+		{"v1", "video.trending", []string{"all", "exact", "prefix"}},
+		{"v2", "video.uploaded", []string{"all", "prefix"}},
+		{"i1", "invoice.paid", []string{"all", "invoices"}},
+		{"o1", "videos.trending", []string{"all"}},
+	}
+	for _, c := range cases {
+		e := b.postEvent(t, fmt.Sprintf(`{"id":%q,"type":%q}`, c.id, c.typ), http.StatusAccepted)
+		if e.Deliveries != len(c.subs) {
+			t.Errorf("%s: POST answered %d deliveries, want %d", c.typ, e.Deliveries, len(c.subs))
+		}
+		stored := b.event(t, c.id)
+		var got []string
+		for _, d := range stored.Deliveries {
+			got = append(got, d.SubscriberID)
+			if d.EventID != c.id || d.EventType != c.typ || d.Status != "pending" {
+				t.Errorf("%s: delivery %+v, want event %s of type %s, pending", c.typ, d, c.id, c.typ)
+			}
+		}
+		sort.Strings(got)
+		if !slices.Equal(got, c.subs) {
+			t.Errorf("%s: deliveries go to %v, want %v", c.typ, got, c.subs)
+		}
+	}
+}
+
+func TestDeliveryEndToEnd(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	other := newReceiver(t)
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"s1","url":%q}`, rcv.url()))
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"s2","url":%q}`, other.url()))
+
+	e := b.postEvent(t, `{"id":"evt-1","type":"video.trending"}`, http.StatusAccepted)
+	if e.Deliveries != 2 {
+		t.Fatalf("POST /v1/events = %+v, want 2 deliveries", e)
+	}
+	rcv.next(t)
+	other.next(t)
+
+	var sent []deliveryJSON
+	waitFor(t, "s1's delivery to be listed as sent", func() (bool, string) {
+		sent = b.deliveries(t, "subscriber_id=s1&status=sent")
+		return len(sent) == 1, fmt.Sprintf("%+v", sent)
+	})
+	d := sent[0]
+	if d.EventID != "evt-1" || d.SubscriberID != "s1" || d.Status != "sent" || d.AttemptCount != 1 {
+		t.Errorf("listed delivery %+v, want evt-1 to s1, sent after 1 attempt", d)
+	}
+	if ds := b.deliveries(t, "subscriber_id=s1&status=pending"); len(ds) != 0 {
+		t.Errorf("s1 still has pending deliveries: %+v", ds)
+	}
+
+	full := b.delivery(t, d.ID)
+	if len(full.Attempts) != 1 {
+		t.Fatalf("GET /v1/deliveries/%s: attempts %+v, want exactly one", d.ID, full.Attempts)
+	}
+	a := full.Attempts[0]
+	if a.Number != 1 || a.Lane != "origin" || a.StatusCode != 200 || a.Error != "" {
+		t.Errorf("attempt %+v, want number 1, lane origin, status 200, no error", a)
+	}
+	if a.DurationMS == nil || *a.DurationMS < 0 {
+		t.Errorf("attempt duration_ms = %v, want a number ≥ 0", a.DurationMS)
+	}
+	if a.At.IsZero() || time.Since(a.At) > time.Minute {
+		t.Errorf("attempt at %v, want about now", a.At)
+	}
+
+	// A sent delivery cannot be retried.
+	r := b.call(t, "POST", "/v1/deliveries/"+d.ID+"/retry", "", nil)
+	if r.status != http.StatusConflict {
+		t.Errorf("retry of a sent delivery: status %d, want 409; body %s", r.status, r.body)
+	}
+}
+
+func TestDeliveriesPagination(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"s1","url":%q,"paused":true}`, rcv.url()))
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"s2","url":%q,"paused":true}`, rcv.url()))
+	const n = 7
+	var events []string
+	for i := range n {
+		events = append(events, fmt.Sprintf(`{"id":"e%d","type":"t.x"}`, i))
+	}
+	var res batchJSON
+	b.do(t, "POST", "/v1/events/batch", `{"events":[`+strings.Join(events, ",")+`]}`, http.StatusAccepted, &res)
+	if res != (batchJSON{Accepted: n, Deliveries: 2 * n}) {
+		t.Fatalf("batch = %+v, want %d accepted, %d deliveries", res, n, 2*n)
+	}
+
+	seen := map[string]bool{}
+	var order []string
+	cursor := ""
+	for page := 1; ; page++ {
+		if page > n+1 {
+			t.Fatalf("more than %d pages of one delivery for %d deliveries", n+1, n)
+		}
+		path := "/v1/deliveries?subscriber_id=s1&limit=1"
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		r := b.do(t, "GET", path, "", http.StatusOK, nil)
+		var p struct {
+			Data       []deliveryJSON   `json:"data"`
+			NextCursor *json.RawMessage `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(r.body, &p); err != nil {
+			t.Fatalf("page %d: %v", page, err)
+		}
+		if len(p.Data) != 1 {
+			t.Fatalf("page %d: %d deliveries, want 1: %s", page, len(p.Data), r.body)
+		}
+		d := p.Data[0]
+		if d.SubscriberID != "s1" {
+			t.Errorf("page %d: delivery of %s in a list filtered to s1", page, d.SubscriberID)
+		}
+		if seen[d.ID] {
+			t.Fatalf("page %d repeats %s", page, d.ID)
+		}
+		seen[d.ID] = true
+		order = append(order, d.EventID)
+		if page == n {
+			if p.NextCursor != nil {
+				t.Errorf("last page has next_cursor %s, want none: %s", *p.NextCursor, r.body)
+			}
+			break
+		}
+		if p.NextCursor == nil {
+			t.Fatalf("page %d of %d has no next_cursor", page, n)
+		}
+		if err := json.Unmarshal(*p.NextCursor, &cursor); err != nil || cursor == "" {
+			t.Fatalf("page %d: next_cursor %s is not a non-empty string", page, *p.NextCursor)
+		}
+	}
+	want := []string{"e6", "e5", "e4", "e3", "e2", "e1", "e0"}
+	if !slices.Equal(order, want) {
+		t.Errorf("pages walked events %v, want newest first %v", order, want)
+	}
+
+	// A limit larger than what is left answers everything, without a cursor.
+	r := b.do(t, "GET", "/v1/deliveries?limit=50", "", http.StatusOK, nil)
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(r.body, &all); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := all["next_cursor"]; ok {
+		t.Errorf("single page answers next_cursor: %s", r.body)
+	}
+	var data []deliveryJSON
+	json.Unmarshal(all["data"], &data)
+	if len(data) != 2*n {
+		t.Errorf("GET /v1/deliveries?limit=50: %d deliveries, want %d", len(data), 2*n)
+	}
+}
+
+func TestSignatureVerifiedByPublicLibrary(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	s := b.createSubscriber(t, fmt.Sprintf(`{"url":%q}`, rcv.url()))
+
+	ids := []string{"sig-1", "sig-2", "sig-3"}
+	for _, id := range ids {
+		b.postEvent(t, fmt.Sprintf(`{"id":%q,"type":"video.trending","data":{"n":%q}}`, id, id), http.StatusAccepted)
+	}
+	var got []string
+	for range ids {
+		r := rcv.next(t)
+		verify(t, s.Secret, r)
+		h := r.header
+		id := h.Get("webhook-id")
+		got = append(got, id)
+		if want := fmt.Sprintf(`{"id":%q,"type":"video.trending","data":{"n":%q}}`, id, id); string(r.body) != want {
+			t.Errorf("body for %s: %s, want %s", id, r.body, want)
+		}
+		if ua := h.Get("User-Agent"); !strings.HasPrefix(ua, "sluice/") {
+			t.Errorf("user-agent %q, want sluice/<version>", ua)
+		}
+		if ct := h.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("content-type %q, want application/json", ct)
+		}
+		if sig := h.Get("webhook-signature"); strings.Count(sig, "v1,") != 1 || strings.Contains(sig, " ") {
+			t.Errorf("webhook-signature %q, want a single v1 signature", sig)
+		}
+		if ts := h.Get("webhook-timestamp"); ts == "" {
+			t.Errorf("no webhook-timestamp")
+		}
+		// A receiver holding another secret must reject it.
+		wrong, _ := standardwebhooks.NewWebhook("whsec_" + strings.Repeat("A", 44))
+		if err := wrong.Verify(r.body, h); err == nil {
+			t.Errorf("a wrong secret verifies %s", id)
+		}
+	}
+	sort.Strings(got)
+	if !slices.Equal(got, ids) {
+		t.Errorf("webhook-ids %v, want the event ids %v", got, ids)
+	}
+}
+
+func TestSecretRotation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	old := b.createSubscriber(t, fmt.Sprintf(`{"id":"s1","url":%q}`, rcv.url()))
+
+	b.postEvent(t, `{"id":"before","type":"t.x"}`, http.StatusAccepted)
+	first := rcv.next(t)
+	if sig := first.header.Get("webhook-signature"); strings.Contains(sig, " ") {
+		t.Errorf("before rotation webhook-signature %q has more than one signature", sig)
+	}
+	verify(t, old.Secret, first)
+
+	var rotated subscriberJSON
+	b.do(t, "POST", "/v1/subscribers/s1/rotate-secret", "", http.StatusOK, &rotated)
+	if rotated.Secret == old.Secret || !strings.HasPrefix(rotated.Secret, "whsec_") {
+		t.Fatalf("rotate-secret answered secret %q (old %q), want a new whsec_ secret", rotated.Secret, old.Secret)
+	}
+	if want := b.clock.Now().Add(24 * time.Hour); rotated.PreviousSecretExpiresAt == nil || !rotated.PreviousSecretExpiresAt.Equal(want) {
+		t.Errorf("previous_secret_expires_at = %v, want %v (API clock + 24 h)", rotated.PreviousSecretExpiresAt, want)
+	}
+	var stored subscriberJSON
+	b.do(t, "GET", "/v1/subscribers/s1", "", http.StatusOK, &stored)
+	if stored.Secret != rotated.Secret {
+		t.Errorf("GET after rotation shows secret %q, want %q", stored.Secret, rotated.Secret)
+	}
+
+	b.postEvent(t, `{"id":"after","type":"t.x"}`, http.StatusAccepted)
+	got := rcv.next(t)
+	if id := got.header.Get("webhook-id"); id != "after" {
+		t.Fatalf("receiver got %q, want the event posted after the rotation", id)
+	}
+	sigs := strings.Split(got.header.Get("webhook-signature"), " ")
+	if len(sigs) != 2 || !strings.HasPrefix(sigs[0], "v1,") || !strings.HasPrefix(sigs[1], "v1,") || sigs[0] == sigs[1] {
+		t.Errorf("webhook-signature %q, want two different space-separated v1 signatures", got.header.Get("webhook-signature"))
+	}
+	verify(t, old.Secret, got)
+	verify(t, rotated.Secret, got)
+}
+
+func TestPauseAndResume(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"s1","url":%q}`, rcv.url()))
+
+	var s subscriberJSON
+	b.do(t, "PATCH", "/v1/subscribers/s1", `{"paused":true}`, http.StatusOK, &s)
+	if !s.Paused {
+		t.Fatalf("PATCH paused:true answered %+v", s)
+	}
+	e := b.postEvent(t, `{"id":"held","type":"t.x"}`, http.StatusAccepted)
+	if e.Deliveries != 1 {
+		t.Fatalf("a paused subscriber still gets deliveries enqueued: %+v", e)
+	}
+	b.quiesce(t, "s1")
+	held := b.event(t, "held")
+	if len(held.Deliveries) != 1 || held.Deliveries[0].Status != "pending" || held.Deliveries[0].AttemptCount != 0 {
+		t.Fatalf("while paused, deliveries are %+v, want one pending with no attempt", held.Deliveries)
+	}
+	rcv.none(t)
+
+	b.do(t, "PATCH", "/v1/subscribers/s1", `{"paused":false}`, http.StatusOK, &s)
+	if s.Paused {
+		t.Fatalf("PATCH paused:false answered %+v", s)
+	}
+	got := rcv.next(t)
+	if id := got.header.Get("webhook-id"); id != "held" {
+		t.Errorf("after resume the receiver got %q, want held", id)
+	}
+	b.waitStatus(t, held.Deliveries[0].ID, "sent")
+
+	// Other fields change too, and the change is validated and stored.
+	b.do(t, "PATCH", "/v1/subscribers/s1", `{"event_types":["video.*"],"rate":{"per_second":5,"burst":7},"max_attempts":3,"timeout_ms":250}`,
+		http.StatusOK, &s)
+	b.do(t, "GET", "/v1/subscribers/s1", "", http.StatusOK, &s)
+	if !slices.Equal(s.EventTypes, []string{"video.*"}) || s.Rate != (rateJSON{5, 7}) || s.MaxAttempts != 3 || s.TimeoutMS != 250 {
+		t.Errorf("after PATCH the subscriber is %+v", s)
+	}
+	if e := b.postEvent(t, `{"id":"skip","type":"t.x"}`, http.StatusAccepted); e.Deliveries != 0 {
+		t.Errorf("after narrowing event_types, t.x still fans out to s1: %+v", e)
+	}
+}
+
+func TestPatchAndDeleteUnknownAndDeleted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"s1","url":%q}`, rcv.url()))
+
+	assertError(t, b.call(t, "PATCH", "/v1/subscribers/ghost", `{"paused":true}`, nil), http.StatusNotFound)
+	assertError(t, b.call(t, "POST", "/v1/subscribers/ghost/rotate-secret", "", nil), http.StatusNotFound)
+
+	r := b.call(t, "DELETE", "/v1/subscribers/s1", "", nil)
+	if r.status != http.StatusNoContent || len(r.body) != 0 {
+		t.Fatalf("DELETE: status %d body %q, want 204 and no body", r.status, r.body)
+	}
+	assertError(t, b.call(t, "GET", "/v1/subscribers/s1", "", nil), http.StatusNotFound)
+	assertError(t, b.call(t, "DELETE", "/v1/subscribers/s1", "", nil), http.StatusNotFound)
+	assertError(t, b.call(t, "PATCH", "/v1/subscribers/s1", `{"paused":false}`, nil), http.StatusNotFound)
+	if e := b.postEvent(t, `{"id":"gone","type":"t.x"}`, http.StatusAccepted); e.Deliveries != 0 {
+		t.Errorf("an event fans out to a deleted subscriber: %+v", e)
+	}
+	// The id is free again.
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"s1","url":%q}`, rcv.url()))
+}
+
+func TestRetryAndRecoverDeadDeliveries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	rcv.setStatus(http.StatusInternalServerError)
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"s1","url":%q,"max_attempts":1}`, rcv.url()))
+
+	since := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano)
+	b.postEvent(t, `{"id":"d1","type":"t.x"}`, http.StatusAccepted)
+	b.postEvent(t, `{"id":"d2","type":"t.x"}`, http.StatusAccepted)
+	id1 := b.event(t, "d1").Deliveries[0].ID
+	id2 := b.event(t, "d2").Deliveries[0].ID
+	dead := b.waitStatus(t, id1, "dead")
+	b.waitStatus(t, id2, "dead")
+	if len(dead.Attempts) != 1 || dead.Attempts[0].StatusCode != 500 || dead.AttemptCount != 1 {
+		t.Fatalf("dead delivery %+v, want one attempt answered 500", dead)
+	}
+	if ds := b.deliveries(t, "status=dead&subscriber_id=s1"); len(ds) != 2 {
+		t.Errorf("status=dead lists %d deliveries, want 2", len(ds))
+	}
+
+	rcv.setStatus(http.StatusOK)
+	var requeued deliveryJSON
+	b.do(t, "POST", "/v1/deliveries/"+id1+"/retry", "", http.StatusOK, &requeued)
+	// attempt_count keeps counting attempts made; the fresh budget shows
+	// in the next attempt being made at all (max_attempts is 1).
+	if requeued.ID != id1 || requeued.Status != "pending" || requeued.AttemptCount != 1 {
+		t.Errorf("retry answered %+v, want %s pending, 1 attempt made so far", requeued, id1)
+	}
+	sent := b.waitStatus(t, id1, "sent")
+	// The history keeps the failure and the retry's success.
+	if len(sent.Attempts) != 2 || sent.Attempts[0].Number != 1 || sent.Attempts[0].StatusCode != 500 ||
+		sent.Attempts[1].Number != 2 || sent.Attempts[1].StatusCode != 200 || sent.AttemptCount != 2 {
+		t.Errorf("after retry, %s has attempts %+v, want the 500 then the 200", id1, sent.Attempts)
+	}
+
+	var rec map[string]int
+	b.do(t, "POST", "/v1/subscribers/s1/recover", fmt.Sprintf(`{"since":%q}`, since), http.StatusOK, &rec)
+	if rec["requeued"] != 1 {
+		t.Errorf("recover answered %v, want requeued 1 (only d2 is still dead)", rec)
+	}
+	b.waitStatus(t, id2, "sent")
+
+	// Nothing dead is left.
+	b.do(t, "POST", "/v1/subscribers/s1/recover", fmt.Sprintf(`{"since":%q}`, since), http.StatusOK, &rec)
+	if rec["requeued"] != 0 {
+		t.Errorf("second recover answered %v, want requeued 0", rec)
+	}
+}
+
+// assertError checks that r is status with a JSON body of exactly
+// {"error":{"code":"…","message":"…"}}, both non-empty, and returns them.
+func assertError(t *testing.T, r response, status int) (code, message string) {
+	t.Helper()
+	if r.status != status {
+		t.Errorf("status %d, want %d; body %s", r.status, status, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("content-type %q, want application/json", ct)
+	}
+	dec := json.NewDecoder(bytes.NewReader(r.body))
+	dec.DisallowUnknownFields()
+	var body struct {
+		Error *struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := dec.Decode(&body); err != nil {
+		t.Errorf("error body %s is not {\"error\":{\"code\",\"message\"}}: %v", r.body, err)
+		return "", ""
+	}
+	if body.Error == nil || body.Error.Code == "" || body.Error.Message == "" {
+		t.Errorf("error body %s lacks a non-empty code and message", r.body)
+		return "", ""
+	}
+	return body.Error.Code, body.Error.Message
+}
