@@ -1,0 +1,188 @@
+package main_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSecondProcessOnSameDatabaseIsRefused: one process owns a database
+// file; a second serve (or migrate) beside it fails at once and says why,
+// and the owner is not disturbed.
+func TestSecondProcessOnSameDatabaseIsRefused(t *testing.T) {
+	t.Parallel()
+	const token = "tok-owner"
+	db := filepath.Join(t.TempDir(), "sluice.db")
+	first := serve(t, db, token)
+
+	for _, args := range [][]string{serveArgs(db, token), {"migrate", "--db", db}} {
+		second := launch(t, args)
+		code, exited := second.waitExit(10 * time.Second)
+		if !exited {
+			t.Fatalf("sluice %s beside a running serve still runs after 10s\nstdout:\n%s", args[0], second.Stdout())
+		}
+		if code == 0 {
+			t.Errorf("sluice %s beside a running serve exited 0, want non-zero", args[0])
+		}
+		if msg := strings.ToLower(second.Stderr()); !strings.Contains(msg, "in use") {
+			t.Errorf("sluice %s stderr does not say the database is in use:\n%s", args[0], second.Stderr())
+		}
+		if strings.Contains(second.Stdout(), "listening on") {
+			t.Errorf("sluice %s beside a running serve listened:\n%s", args[0], second.Stdout())
+		}
+	}
+
+	if status, body := first.request(http.MethodGet, "/healthz", "", nil); status != http.StatusOK {
+		t.Errorf("the first process after the refusals: GET /healthz %d: %s", status, body)
+	}
+	first.addSubscriber("http://127.0.0.1:9/hook", nil) // it still writes
+}
+
+// TestSIGTERMDrainsAndExitsZero: SIGTERM stops claiming, lets the attempts
+// in flight get their answers, records them and exits 0; a restart on the
+// same database then resends nothing that was answered.
+func TestSIGTERMDrainsAndExitsZero(t *testing.T) {
+	t.Parallel()
+	const (
+		token  = "tok-term"
+		events = 10
+	)
+	rec, hook := newReceiver(t, 300*time.Millisecond)
+	db := filepath.Join(t.TempDir(), "sluice.db")
+	first := serve(t, db, token)
+	first.addSubscriber(hook, nil)
+	for i := range events {
+		var res struct {
+			ID         string `json:"id"`
+			Deliveries int    `json:"deliveries"`
+		}
+		first.call(http.MethodPost, "/v1/events", map[string]any{"id": fmt.Sprintf("term-%02d", i), "type": "test.term"},
+			http.StatusAccepted, &res)
+		if res.Deliveries != 1 {
+			t.Fatalf("POST /v1/events: %+v, want 1 delivery", res)
+		}
+	}
+	if !eventually(10*time.Second, time.Millisecond, func() bool { return rec.inFlight() >= 1 }) {
+		t.Fatal("no delivery reached the receiver within 10s")
+	}
+
+	sentAt := time.Now()
+	if err := first.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code, exited := first.waitExit(10 * time.Second)
+	took := time.Since(sentAt)
+	if !exited {
+		t.Fatalf("still running 10s after SIGTERM (in flight at the receiver: %d)", rec.inFlight())
+	}
+	if code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0", code)
+	}
+	if took > 5*time.Second {
+		t.Errorf("took %v to exit after SIGTERM, want a few seconds at most", took)
+	}
+	_, answered, abandoned, problems := rec.snapshot()
+	for _, p := range problems {
+		t.Errorf("receiver: %s", p)
+	}
+	if abandoned > 0 {
+		t.Errorf("%d requests were dropped by sluice while the receiver held them; shutdown should wait for their answers", abandoned)
+	}
+	if len(answered) == 0 {
+		t.Fatal("the receiver answered nothing before the process exited")
+	}
+	t.Logf("exited %d in %v after SIGTERM with %d answered deliveries", code, took.Round(time.Millisecond), len(answered))
+
+	second := serve(t, db, token)
+	var last totals
+	if !eventually(15*time.Second, 20*time.Millisecond, func() bool {
+		last = second.totals()
+		return last == totals{Sent: events}
+	}) {
+		t.Errorf("after the restart GET /v1/stats totals %+v, want all %d sent", last, events)
+	}
+	for _, d := range second.deliveries("") {
+		if answered[d.EventID] > 0 && (d.Status != "sent" || d.Attempts != 1) {
+			t.Errorf("delivery %s of %s, answered 200 before the shutdown, is %s after %d attempts; want sent after 1",
+				d.ID, d.EventID, d.Status, d.Attempts)
+		}
+	}
+	arrivals, _, _, _ := rec.snapshot()
+	for id := range answered {
+		if n := len(arrivals[id]); n != 1 {
+			t.Errorf("%s, answered 200 before the shutdown, reached the receiver %d times; the shutdown did not record it", id, n)
+		}
+	}
+}
+
+// runSluice runs a sluice command to its end (30s at most).
+func runSluice(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, sluiceBin, args...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = childEnv(env...)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("sluice %s did not finish within 30s", strings.Join(args, " "))
+	}
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		t.Fatalf("sluice %s: %v", strings.Join(args, " "), err)
+	}
+	return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
+}
+
+// TestMigrate: migrate creates the database (and its folder), lists what it
+// applied, and says so when there is nothing left to apply.
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "nested", "folder", "sluice.db")
+	applied := regexp.MustCompile(`^sluice: applied (\d+_\w+\.sql)$`)
+
+	out, errOut, code := runSluice(t, nil, "migrate", "--db", db)
+	if code != 0 {
+		t.Fatalf("migrate on a fresh database: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		m := applied.FindStringSubmatch(line)
+		if m == nil {
+			t.Errorf("migrate on a fresh database printed %q, want only \"sluice: applied NNNN_name.sql\" lines", line)
+			continue
+		}
+		names = append(names, m[1])
+	}
+	if len(names) == 0 || !strings.HasPrefix(names[0], "0001_") {
+		t.Errorf("migrate on a fresh database applied %v, want the migrations from 0001 on", names)
+	}
+	if _, err := os.Stat(db); err != nil {
+		t.Errorf("migrate did not create the database: %v", err)
+	}
+
+	out, errOut, code = runSluice(t, nil, "migrate", "--db", db)
+	if code != 0 {
+		t.Fatalf("second migrate: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "up to date") || strings.Contains(out, "applied") {
+		t.Errorf("second migrate printed %q, want only that the database is up to date", out)
+	}
+
+	// serve accepts the migrated database as is.
+	c := serve(t, db, "tok-migrate")
+	if status, body := c.request(http.MethodGet, "/healthz", "", nil); status != http.StatusOK {
+		t.Errorf("serve on a migrated database: GET /healthz %d: %s", status, body)
+	}
+}
