@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -54,7 +55,18 @@ func (d *Dispatcher) attempt(ctx context.Context, s ledger.Subscriber, signer *s
 	if r.err != nil {
 		a.Error = describe(r.err, time.Duration(s.TimeoutMS)*time.Millisecond)
 	}
-	d.release(d.settle(s.ID, c, a, r.retryAfter, end))
+	results := d.settle(s.ID, c, a, r.retryAfter, end)
+	sent := results[0].Status == ledger.StatusSent
+	if d.cfg.Observer != nil {
+		d.cfg.Observer.ObserveAttempt(s.ID, a.Lane, sent, end.Sub(c.CreatedAt))
+	}
+	lvl := slog.LevelDebug
+	if !sent {
+		lvl = slog.LevelInfo
+	}
+	d.cfg.Logger.Log(ctx, lvl, "attempt", "delivery_id", c.ID(), "subscriber_id", s.ID, "lane", a.Lane,
+		"attempt", a.Number, "status", a.StatusCode, "duration_ms", a.DurationMS, "outcome", results[0].Status, "error", a.Error)
+	d.release(results)
 }
 
 // post makes the HTTP request of an attempt.

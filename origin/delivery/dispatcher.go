@@ -40,6 +40,13 @@ type Config struct {
 	Rand   backoff.Source // jitter source; default backoff.NewSource()
 	Client *http.Client   // default http.DefaultClient; production passes the egress client
 	Logger *slog.Logger   // default slog.Default()
+	// Observer, if set, hears every attempt's outcome (metrics).
+	Observer Observer
+}
+
+// Observer hears attempt outcomes as they settle.
+type Observer interface {
+	ObserveAttempt(subscriberID string, lane ledger.Lane, success bool, sinceEnqueue time.Duration)
 }
 
 func (c *Config) defaults() {
@@ -196,6 +203,9 @@ func (d *Dispatcher) Remove(id string) {
 	defer d.mu.Unlock()
 	if s, ok := d.subs[id]; ok {
 		d.unsettled.Add(-int64(len(s.queue))) // its rows are deleted with it
+	}
+	if f, ok := d.cfg.Observer.(interface{ Forget(string) }); ok {
+		f.Forget(id)
 	}
 	delete(d.subs, id)
 	for i, o := range d.order {

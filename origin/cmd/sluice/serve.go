@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/origin/delivery"
 	"github.com/sluice-dev/sluice/origin/egress"
 	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/origin/metrics"
 )
 
 type serveConfig struct {
@@ -123,7 +124,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 
 	policy := egress.Policy{AllowPrivate: c.allowPrivate}
+	m := metrics.New()
 	disp := delivery.New(l, delivery.Config{
+		Observer:     m,
 		Workers:      c.workers,
 		RetryBase:    c.retryBase,
 		RetryCap:     c.retryCap,
@@ -136,9 +139,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := disp.Load(ctx); err != nil {
 		return fmt.Errorf("load subscribers: %w", err)
 	}
+	m.Watch(disp, l, log)
 	handler := api.New(api.Config{
 		Ledger: l, Dispatcher: disp, Egress: policy, Token: token,
-		MaxBody: int64(c.maxBody), Logger: log,
+		MaxBody: int64(c.maxBody), Logger: log, Metrics: m.Handler(),
 	})
 
 	ln, err := net.Listen("tcp", c.addr)

@@ -1,0 +1,130 @@
+package metrics
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/sluice-dev/sluice/origin/delivery"
+	"github.com/sluice-dev/sluice/origin/egress"
+	"github.com/sluice-dev/sluice/origin/ledger"
+)
+
+func scrape(t *testing.T, h http.Handler) map[string]*dto.MetricFamily {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatalf("parse scrape: %v\n%s", err, body)
+	}
+	return fams
+}
+
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	t.Helper()
+	f, ok := fams[name]
+	if !ok {
+		t.Fatalf("metric %s missing", name)
+	}
+next:
+	for _, m := range f.Metric {
+		for _, lp := range m.Label {
+			if want, ok := labels[lp.GetName()]; ok && want != lp.GetValue() {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	t.Fatalf("metric %s has no series with %v", name, labels)
+	return 0
+}
+
+func TestScrapeShowsAttemptsLatencyAndState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "m.db"), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	m := New()
+	d := delivery.New(l, delivery.Config{Observer: m, Client: egress.Policy{AllowPrivate: true}.Client(),
+		Logger: slog.New(slog.DiscardHandler)})
+	m.Watch(d, l, slog.New(slog.DiscardHandler))
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+
+	ok := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer ok.Close()
+	for _, s := range []ledger.Subscriber{
+		{ID: "good", URL: ok.URL, Paused: false},
+		{ID: "held", URL: ok.URL, Paused: true},
+	} {
+		s.EventTypes, s.Rate, s.MaxAttempts, s.TimeoutMS = []string{"*"}, ledger.Rate{PerSecond: 5, Burst: 7}, 3, 1000
+		s.Secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+		if err := l.CreateSubscriber(ctx, &s); err != nil {
+			t.Fatal(err)
+		}
+		d.Upsert(s)
+	}
+	res, err := l.Enqueue(ctx, []ledger.NewEvent{{ID: "e1", Type: "t", Body: []byte(`{"id":"e1","type":"t"}`)}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range res.Subscribers {
+		d.Notify(time.Now(), id)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fams := scrape(t, m.Handler())
+		if f, ok := fams["sluice_attempts_total"]; ok && len(f.Metric) > 0 {
+			if got := value(t, fams, "sluice_attempts_total", map[string]string{"subscriber_id": "good", "lane": "origin", "outcome": "success"}); got != 1 {
+				t.Fatalf("attempts_total{good,success} = %v, want 1", got)
+			}
+			if got := value(t, fams, "sluice_delivery_latency_seconds", map[string]string{"subscriber_id": "good"}); got != 1 {
+				t.Fatalf("latency histogram count = %v, want 1", got)
+			}
+			if got := value(t, fams, "sluice_deliveries_pending", map[string]string{"subscriber_id": "held"}); got != 1 {
+				t.Fatalf("pending{held} = %v, want 1", got)
+			}
+			if got := value(t, fams, "sluice_bucket_tokens", map[string]string{"subscriber_id": "held"}); got != 7 {
+				t.Fatalf("tokens{held} = %v, want its full burst 7", got)
+			}
+			if got := value(t, fams, "sluice_breaker_state", map[string]string{"subscriber_id": "good"}); got != 0 {
+				t.Fatalf("breaker{good} = %v, want 0 (closed)", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no attempt was counted within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
