@@ -198,33 +198,21 @@ func (l *Ledger) Record(ctx context.Context, results []Result, states []Subscrib
 			}
 			rows = append(rows, r)
 		}
-		for start := 0; start < len(rows); start += rowsPerInsert {
-			var q strings.Builder
-			q.WriteString(`INSERT OR IGNORE INTO attempts (delivery_seq, number, subscriber_id, at, lane, status_code,
-				error, duration_ms, retry_after_ms, response) VALUES `)
-			var args []any
-			for _, r := range rows[start:min(start+rowsPerInsert, len(rows))] {
-				a := r.Attempt
-				if a == nil {
-					continue
-				}
-				if len(args) > 0 {
-					q.WriteByte(',')
-				}
-				q.WriteString("(?,?,?,?,?,?,?,?,?,?)")
-				var ra any
-				if a.RetryAfterMS != nil {
-					ra = *a.RetryAfterMS
-				}
-				args = append(args, r.Seq, a.Number, r.SubscriberID, ms(a.At), string(a.Lane), a.StatusCode,
-					a.Error, a.DurationMS, ra, a.Response)
-			}
-			if len(args) == 0 {
+		var args []any
+		for _, r := range rows {
+			a := r.Attempt
+			if a == nil {
 				continue
 			}
-			if _, err := w.conn.ExecContext(ctx, q.String(), args...); err != nil {
-				return err
+			var ra any
+			if a.RetryAfterMS != nil {
+				ra = *a.RetryAfterMS
 			}
+			args = append(args, r.Seq, a.Number, r.SubscriberID, ms(a.At), string(a.Lane), a.StatusCode,
+				a.Error, a.DurationMS, ra, a.Response)
+		}
+		if err := w.insert(ctx, insertAttempts, nil, args, nil); err != nil {
+			return err
 		}
 		for _, r := range rows {
 			var err error

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/sluice-dev/sluice/shared/event"
 )
@@ -30,9 +29,6 @@ type EnqueueResult struct {
 	Subscribers map[string]int // new deliveries per subscriber, to wake the dispatcher
 }
 
-// rowsPerInsert bounds a multi-row INSERT well under SQLite's variable limit.
-const rowsPerInsert = 400
-
 // Enqueue stores events and fans each new one out to every subscriber whose
 // patterns match its type, in one transaction with whatever else shares the
 // commit. An id already stored is a duplicate and enqueues nothing. With
@@ -43,30 +39,20 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates
 		res = EnqueueResult{Events: make([]Enqueued, len(events)), Subscribers: map[string]int{}}
 		now := ms(w.now)
 		inserted := make(map[string]int64, len(events))
-		for start := 0; start < len(events); start += rowsPerInsert {
-			chunk := events[start:min(start+rowsPerInsert, len(events))]
-			var q strings.Builder
-			q.WriteString(`INSERT INTO events (id, type, body, created_at) VALUES `)
-			args := make([]any, 0, 4*len(chunk))
-			for i, e := range chunk {
-				if i > 0 {
-					q.WriteByte(',')
-				}
-				q.WriteString("(?,?,?,?)")
-				args = append(args, e.ID, e.Type, e.Body, now)
-			}
-			q.WriteString(` ON CONFLICT (id) DO NOTHING RETURNING seq, id`)
-			if err := collect(ctx, w.conn, q.String(), args, func(rows *sql.Rows) error {
-				var seq int64
-				var id string
-				if err := rows.Scan(&seq, &id); err != nil {
-					return err
-				}
-				inserted[id] = seq
-				return nil
-			}); err != nil {
+		args := make([]any, 0, 3*len(events))
+		for _, e := range events {
+			args = append(args, e.ID, e.Type, e.Body)
+		}
+		if err := w.insert(ctx, insertEvents, now, args, func(rows *sql.Rows) error {
+			var seq int64
+			var id string
+			if err := rows.Scan(&seq, &id); err != nil {
 				return err
 			}
+			inserted[id] = seq
+			return nil
+		}); err != nil {
+			return err
 		}
 		type pair struct {
 			sub string
@@ -89,22 +75,12 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates
 				}
 			}
 		}
-		for start := 0; start < len(fan); start += rowsPerInsert {
-			chunk := fan[start:min(start+rowsPerInsert, len(fan))]
-			var q strings.Builder
-			q.WriteString(`INSERT INTO deliveries (subscriber_id, event_seq, status, next_attempt_at, created_at, updated_at) VALUES `)
-			args := make([]any, 0, 3*len(chunk))
-			for i, p := range chunk {
-				if i > 0 {
-					q.WriteByte(',')
-				}
-				q.WriteString("(?,?,'pending',?2,?2,?2)")
-				_ = i
+		if len(fan) > 0 {
+			args := make([]any, 0, 2*len(fan))
+			for _, p := range fan {
 				args = append(args, p.sub, p.seq)
 			}
-			// Positional ?NNN parameters keep one timestamp for all rows.
-			sqlText, sqlArgs := numberParams(q.String(), args, now)
-			if _, err := w.conn.ExecContext(ctx, sqlText, sqlArgs...); err != nil {
+			if err := w.insert(ctx, insertDeliveries, now, args, nil); err != nil {
 				return err
 			}
 		}
@@ -120,31 +96,6 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates
 		return nil
 	})
 	return res, err
-}
-
-// numberParams rewrites a VALUES list written with "?" for row values and "?2"
-// for the shared timestamp into explicit ?N parameters.
-func numberParams(q string, args []any, shared any) (string, []any) {
-	var b strings.Builder
-	b.Grow(len(q) + len(q)/2)
-	out := make([]any, 0, len(args)+1)
-	out = append(out, shared)
-	n := 1
-	for i := 0; i < len(q); i++ {
-		if q[i] != '?' {
-			b.WriteByte(q[i])
-			continue
-		}
-		if i+1 < len(q) && q[i+1] == '2' {
-			b.WriteString("?1")
-			i++
-			continue
-		}
-		n++
-		fmt.Fprintf(&b, "?%d", n)
-		out = append(out, args[n-2])
-	}
-	return b.String(), out
 }
 
 func collect(ctx context.Context, c interface {

@@ -256,7 +256,7 @@ func (l *Ledger) commit(batch []op) {
 	w := &writer{conn: l.wconn, s: &l.stmts, now: l.now()}
 	results := make([]error, len(batch))
 	err := func() error {
-		if _, err := l.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		if _, err := l.stmts.begin.ExecContext(ctx); err != nil {
 			return err
 		}
 		for i, o := range batch {
@@ -267,11 +267,11 @@ func (l *Ledger) commit(batch []op) {
 				results[i] = err
 			}
 		}
-		_, err := l.wconn.ExecContext(ctx, "COMMIT")
+		_, err := l.stmts.commit.ExecContext(ctx)
 		return err
 	}()
 	if err != nil {
-		l.wconn.ExecContext(ctx, "ROLLBACK")
+		l.stmts.rollback.ExecContext(ctx)
 		// Ops may have updated patterns before the rollback undid them.
 		if lerr := l.loadPatterns(ctx); lerr != nil {
 			err = errors.Join(err, lerr)

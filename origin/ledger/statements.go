@@ -19,11 +19,16 @@ type statements struct {
 	release      *sql.Stmt
 	saveState    *sql.Stmt
 	countByEvent *sql.Stmt
+	begin        *sql.Stmt
+	commit       *sql.Stmt
+	rollback     *sql.Stmt
 	all          []*sql.Stmt
+	cache        map[string]*sql.Stmt // multi-row statements by shape and size
 }
 
 func (s *statements) prepare(ctx context.Context, c *sql.Conn) error {
 	var errs []error
+	s.cache = map[string]*sql.Stmt{}
 	p := func(q string) *sql.Stmt {
 		st, err := c.PrepareContext(ctx, q)
 		errs = append(errs, err)
@@ -53,6 +58,9 @@ func (s *statements) prepare(ctx context.Context, c *sql.Conn) error {
 	s.saveState = p(`UPDATE subscribers SET paused_until = ?1, breaker_state = ?2, breaker_failures = ?3,
 		breaker_opened_at = ?4 WHERE id = ?5`)
 	s.countByEvent = p(`SELECT count(*) FROM deliveries WHERE event_seq = (SELECT seq FROM events WHERE id = ?1)`)
+	s.begin = p(`BEGIN IMMEDIATE`)
+	s.commit = p(`COMMIT`)
+	s.rollback = p(`ROLLBACK`)
 	return errors.Join(errs...)
 }
 
