@@ -22,8 +22,6 @@ CREATE TABLE subscribers (
     breaker_state     TEXT NOT NULL DEFAULT 'closed',
     breaker_failures  INTEGER NOT NULL DEFAULT 0,
     breaker_opened_at INTEGER NOT NULL DEFAULT 0,
-    bucket_tokens     REAL,                        -- NULL until the first claim
-    bucket_at_us      INTEGER,                     -- Unix microseconds of bucket_tokens
     created_at        INTEGER NOT NULL,
     updated_at        INTEGER NOT NULL
 );

@@ -44,7 +44,38 @@ func TestRateCapHoldsUnderABacklog(t *testing.T) {
 	}
 }
 
-func TestBucketSurvivesARestart(t *testing.T) {
+func TestAThrottledBacklogCostsNoWritesWhileItWaits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("slow", rc.URL, func(s *ledger.Subscriber) { s.Rate.PerSecond, s.Rate.Burst = 2, 1 })
+	b.send("e", "t", 1000)
+	b.settle()
+	ctx := context.Background()
+	before, err := b.l.Changes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered := rc.count()
+	// Ten seconds in 10 ms ticks: a thousand ticks, twenty tokens.
+	b.step(10*time.Second, 10*time.Millisecond)
+	after, err := b.l.Changes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := rc.count() - delivered
+	if sent != 20 {
+		t.Fatalf("%d delivered in 10 s at 2/s, want 20", sent)
+	}
+	// Claim (pending → inflight), the attempt row, and the sent mark: three
+	// rows per delivery, and nothing for the 980 deliveries still waiting.
+	t.Logf("%d row writes for %d deliveries", after-before, sent)
+	if writes := after - before; writes > int64(3*sent) {
+		t.Fatalf("%d row writes for %d deliveries over 1000 ticks, want at most %d", writes, sent, 3*sent)
+	}
+}
+
+func TestBucketStartsEmptyAfterARestart(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true)
 	rc := newReceiver(t, b.clock, nil)

@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/sluice-dev/sluice/shared/bucket"
 )
 
 // DeliveryID is the public id of the delivery with sequence number seq.
@@ -23,16 +21,12 @@ func ParseDeliveryID(id string) (int64, bool) {
 	return n, err == nil && n > 0 && strings.HasPrefix(id, "dlv_")
 }
 
-// ClaimRequest asks for up to Max due deliveries of one subscriber, paid for
-// from its bucket: the claim spends one token per delivery it returns and
-// persists the bucket in the same commit, so the cap holds across a crash.
+// ClaimRequest asks for up to Max deliveries of one subscriber due at Now.
 type ClaimRequest struct {
 	SubscriberID string
 	Max          int
 	Now          time.Time
 	LeaseUntil   time.Time
-	Rate         bucket.Rate
-	Bucket       bucket.State
 }
 
 // Claimed is a delivery taken for an attempt, with what sending it needs.
@@ -56,7 +50,6 @@ func (c *Claimed) ID() string { return DeliveryID(c.Seq) }
 // ClaimResult is what one ClaimRequest got.
 type ClaimResult struct {
 	Deliveries []Claimed
-	Bucket     bucket.State // after paying for Deliveries
 	// NextDue is when the subscriber's earliest pending delivery falls due;
 	// zero when it has none. Known only when fewer than Max were claimed
 	// (otherwise more may be due now).
@@ -71,7 +64,7 @@ func (l *Ledger) Claim(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult,
 		var seqs []int64
 		for i, r := range reqs {
 			res := &out[i]
-			*res = ClaimResult{Bucket: r.Bucket}
+			*res = ClaimResult{}
 			if _, ok := l.patterns[r.SubscriberID]; !ok || r.Max <= 0 {
 				res.Drained = true
 				continue
@@ -90,15 +83,6 @@ func (l *Ledger) Claim(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult,
 				})
 			if err != nil {
 				return err
-			}
-			if n := len(res.Deliveries); n > 0 {
-				var ok bool
-				if res.Bucket, ok = bucket.Take(r.Bucket, r.Rate, r.Now, float64(n)); !ok {
-					return fmt.Errorf("claim for %s: %d deliveries exceed the bucket", r.SubscriberID, n)
-				}
-				if _, err := w.s.saveBucket.ExecContext(ctx, res.Bucket.Tokens, res.Bucket.Last.UnixMicro(), r.SubscriberID); err != nil {
-					return err
-				}
 			}
 			if len(res.Deliveries) < r.Max {
 				res.Drained = true

@@ -47,6 +47,8 @@ type Ledger struct {
 	// write loop touches it (and Open, before the loop starts), so fan-out
 	// always sees exactly the subscribers committed before it.
 	patterns map[string][]string
+
+	baseChanges int64 // total_changes() once Open had finished its own writes
 }
 
 // pragmas are the production settings, applied to every connection: WAL so
@@ -125,6 +127,9 @@ func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
 	if err := l.loadPatterns(ctx); err != nil {
 		return fail(err)
 	}
+	if err := l.wconn.QueryRowContext(ctx, `SELECT total_changes()`).Scan(&l.baseChanges); err != nil {
+		return fail(err)
+	}
 	go l.writeLoop()
 	return l, nil
 }
@@ -177,6 +182,17 @@ func (l *Ledger) closeDBs() error {
 		errs = append(errs, l.rdb.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// Changes is the number of rows this process has inserted, updated or
+// deleted since it opened the ledger: the write budget benchmarks and tests
+// hold the engine to.
+func (l *Ledger) Changes(ctx context.Context) (int64, error) {
+	var n int64
+	err := l.write(ctx, func(ctx context.Context, w *writer) error {
+		return w.conn.QueryRowContext(ctx, `SELECT total_changes()`).Scan(&n)
+	})
+	return n - l.baseChanges, err
 }
 
 // Ping checks that the database answers a read.

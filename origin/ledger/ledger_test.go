@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/sluice-dev/sluice/shared/bucket"
 )
 
 type fakeClock struct{ t time.Time }
@@ -124,7 +122,7 @@ func TestEnqueueIsIdempotentAndFansOutByType(t *testing.T) {
 	}
 }
 
-func TestClaimPaysFromTheBucketAndPersistsIt(t *testing.T) {
+func TestClaimTakesDueWorkAndRecordsOutcomes(t *testing.T) {
 	t.Parallel()
 	l, clock, _ := open(t)
 	ctx := context.Background()
@@ -135,22 +133,16 @@ func TestClaimPaysFromTheBucketAndPersistsIt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rate := bucket.Rate{PerSecond: 1, Burst: 3}
-	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 3, Now: clock.t, LeaseUntil: clock.t.Add(time.Minute),
-		Rate: rate, Bucket: bucket.Full(rate, clock.t)}})
+	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 3, Now: clock.t, LeaseUntil: clock.t.Add(time.Minute)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := res[0]
-	if len(got.Deliveries) != 3 || got.Drained || got.Bucket.Tokens != 0 {
-		t.Fatalf("claim = %d deliveries, drained %v, tokens %v; want 3, false, 0", len(got.Deliveries), got.Drained, got.Bucket.Tokens)
+	if len(got.Deliveries) != 3 || got.Drained {
+		t.Fatalf("claim = %d deliveries, drained %v; want 3, false", len(got.Deliveries), got.Drained)
 	}
 	if got.Deliveries[0].EventID != "a" || string(got.Deliveries[0].Body) != `{}` {
 		t.Fatalf("first claimed = %+v, want event a with its body", got.Deliveries[0])
-	}
-	s, err := l.Subscriber(ctx, "s")
-	if err != nil || !s.HasTokens || s.Tokens.Tokens != 0 || !s.Tokens.Last.Equal(clock.t) {
-		t.Fatalf("persisted bucket = %+v %v (%v), want 0 tokens at t0", s.Tokens, s.HasTokens, err)
 	}
 	// Record one sent, one retry in 10s, one dead; then claim the rest.
 	a := func(n int) *Attempt { return &Attempt{Number: n, At: clock.t, Lane: LaneOrigin, StatusCode: 500} }
@@ -164,8 +156,7 @@ func TestClaimPaysFromTheBucketAndPersistsIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 3, Now: clock.t, LeaseUntil: clock.t.Add(time.Minute),
-		Rate: rate, Bucket: bucket.Full(rate, clock.t)}})
+	res, err = l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 3, Now: clock.t, LeaseUntil: clock.t.Add(time.Minute)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,8 +186,7 @@ func TestRestartReturnsInflightToPending(t *testing.T) {
 	ctx := context.Background()
 	addSubscriber(t, l, "s", "*")
 	l.Enqueue(ctx, []NewEvent{{ID: "x", Type: "t", Body: []byte(`{}`)}}, false)
-	rate := bucket.Rate{PerSecond: 1, Burst: 1}
-	if _, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 1, Now: t0, Rate: rate, Bucket: bucket.Full(rate, t0)}}); err != nil {
+	if _, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 1, Now: t0}}); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()

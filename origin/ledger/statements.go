@@ -11,7 +11,6 @@ type statements struct {
 	claim        *sql.Stmt
 	eventsBySeq  *sql.Stmt
 	nextDue      *sql.Stmt
-	saveBucket   *sql.Stmt
 	markSent     *sql.Stmt
 	reschedule   *sql.Stmt
 	markDead     *sql.Stmt
@@ -44,7 +43,6 @@ func (s *statements) prepare(ctx context.Context, c *sql.Conn) error {
 		RETURNING seq, event_seq, attempts, budget_from, deferrals, created_at`)
 	s.eventsBySeq = p(`SELECT seq, id, type, body FROM events WHERE seq IN (SELECT value FROM json_each(?1))`)
 	s.nextDue = p(`SELECT min(next_attempt_at) FROM deliveries WHERE subscriber_id = ?1 AND status = 'pending'`)
-	s.saveBucket = p(`UPDATE subscribers SET bucket_tokens = ?1, bucket_at_us = ?2 WHERE id = ?3`)
 	s.markSent = p(`UPDATE deliveries SET status = 'sent', attempts = attempts + 1, sent_at = ?1, updated_at = ?1,
 		lease_until = NULL, last_error = '' WHERE seq IN (SELECT value FROM json_each(?2)) AND status = 'inflight'`)
 	s.reschedule = p(`UPDATE deliveries SET status = 'pending', attempts = attempts + 1, next_attempt_at = ?1,

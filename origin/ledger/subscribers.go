@@ -9,12 +9,11 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/origin/breaker"
-	"github.com/sluice-dev/sluice/shared/bucket"
 )
 
 const subscriberColumns = `id, url, event_types, rate_per_second, rate_burst, edge_share, max_attempts, timeout_ms,
 	secret, previous_secret, previous_until, paused, paused_until, breaker_state, breaker_failures,
-	breaker_opened_at, bucket_tokens, bucket_at_us, created_at, updated_at`
+	breaker_opened_at, created_at, updated_at`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -25,12 +24,10 @@ func scanSubscriber(row scanner) (Subscriber, error) {
 		prevUntil, pausedUntil, openedAt, created, upd int64
 		paused                                         bool
 		state                                          string
-		tokens                                         sql.NullFloat64
-		tokensAt                                       sql.NullInt64
 	)
 	err := row.Scan(&s.ID, &s.URL, &types, &s.Rate.PerSecond, &s.Rate.Burst, &s.Rate.EdgeShare, &s.MaxAttempts,
 		&s.TimeoutMS, &s.Secret, &s.PreviousSecret, &prevUntil, &paused, &pausedUntil, &state,
-		&s.Breaker.Failures, &openedAt, &tokens, &tokensAt, &created, &upd)
+		&s.Breaker.Failures, &openedAt, &created, &upd)
 	if err != nil {
 		return s, err
 	}
@@ -42,10 +39,6 @@ func scanSubscriber(row scanner) (Subscriber, error) {
 	s.PausedUntil = fromMS(pausedUntil)
 	s.Breaker.State = breaker.State(state)
 	s.Breaker.OpenedAt = fromMS(openedAt)
-	if tokens.Valid {
-		s.Tokens = bucket.State{Tokens: tokens.Float64, Last: time.UnixMicro(tokensAt.Int64)}
-		s.HasTokens = true
-	}
 	s.CreatedAt, s.UpdatedAt = fromMS(created), fromMS(upd)
 	return s, nil
 }

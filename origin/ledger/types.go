@@ -81,8 +81,6 @@ type Subscriber struct {
 	// Delivery state the dispatcher keeps and persists.
 	PausedUntil time.Time       `json:"paused_until,omitzero"`
 	Breaker     breaker.Breaker `json:"breaker"`
-	Tokens      bucket.State    `json:"-"`
-	HasTokens   bool            `json:"-"` // false until the bucket was first persisted
 }
 
 // Secrets lists the secrets that sign a message sent at now: the current one
