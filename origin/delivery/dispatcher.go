@@ -103,18 +103,21 @@ type Dispatcher struct {
 	order []string // round-robin order of subscriber ids
 	next  int      // where the next plan starts in order
 	free  int      // global worker slots not in use
-	// attemptCtx outlives Run's context so shutdown can let attempts finish.
-	attemptCtx context.Context
-	running    sync.WaitGroup
-	stopping   bool
-	idle       chan struct{} // closed and replaced each time the loop goes idle (tests)
-	waiting    bool          // the loop is blocked until woken or its timer fires
-	dirty      map[string]struct{}
+	// attemptCtx outlives Run's context so shutdown can let attempts
+	// finish; cancelAttempts abandons them when the drain times out.
+	attemptCtx     context.Context
+	cancelAttempts context.CancelFunc
+	running        sync.WaitGroup
+	stopping       bool
+	idle           chan struct{} // closed and replaced each time the loop goes idle (tests)
+	waiting        bool          // the loop is blocked until woken or its timer fires
+	dirty          map[string]struct{}
 	// unsettled counts attempts started whose outcome is not yet recorded
 	// and fed back into the plan; zero with the loop waiting means the
 	// dispatcher will do nothing until time passes or something changes.
 	unsettled atomic.Int64
 	poked     atomic.Bool // a wake-up was sent that the loop has not acted on
+	admits    sync.WaitGroup
 }
 
 // sub is one subscriber's sending state.
@@ -125,6 +128,7 @@ type sub struct {
 	bucket   bucket.State
 	inflight int
 	queue    []ledger.Claimed // claimed, waiting for a worker; each has a token reserved
+	admitted int              // reserved by Admit, not yet handed off
 
 	hasWork  bool      // pending deliveries may exist
 	due      time.Time // earliest known due time of those
@@ -132,10 +136,11 @@ type sub struct {
 	noted    time.Time // earliest due time noted during that claim
 }
 
-// New returns a dispatcher over l. Call Load, then Run.
+// New returns a dispatcher over l, registered to take new deliveries
+// straight from the enqueue. Call Load, then Run.
 func New(l *ledger.Ledger, cfg Config) *Dispatcher {
 	cfg.defaults()
-	return &Dispatcher{
+	d := &Dispatcher{
 		cfg:     cfg,
 		ledger:  l,
 		wake:    make(chan struct{}, 1),
@@ -145,6 +150,9 @@ func New(l *ledger.Ledger, cfg Config) *Dispatcher {
 		free:    cfg.Workers,
 		idle:    make(chan struct{}),
 	}
+	d.attemptCtx, d.cancelAttempts = context.WithCancel(context.Background())
+	l.SetAdmitter(d)
+	return d
 }
 
 // Load reads every subscriber and assumes each may have due work (the first
@@ -247,11 +255,7 @@ func (d *Dispatcher) poke() {
 // Run claims and sends until ctx ends, then stops claiming, waits for the
 // attempts in flight (up to DrainTimeout), records them and returns.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	attemptCtx, cancelAttempts := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelAttempts()
-	d.mu.Lock()
-	d.attemptCtx = attemptCtx
-	d.mu.Unlock()
+	defer d.cancelAttempts()
 	recorded := make(chan struct{})
 	go func() {
 		defer close(recorded)
@@ -259,9 +263,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}()
 	err := d.loop(ctx)
 
-	// Stop starting attempts and put back what was claimed but not sent.
+	// Stop starting attempts and put back what was claimed but not sent,
+	// once the enqueues already admitted have handed their deliveries over.
 	d.mu.Lock()
 	d.stopping = true
+	d.mu.Unlock()
+	d.admits.Wait()
+	d.mu.Lock()
 	var queued []ledger.Result
 	now := d.cfg.Clock.Now()
 	for _, s := range d.subs {
@@ -275,7 +283,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	select {
 	case <-drained:
 	case <-time.After(d.cfg.DrainTimeout):
-		cancelAttempts() // abandoned attempts stay inflight and return to pending at the next start
+		d.cancelAttempts() // abandoned attempts stay inflight and return to pending at the next start
 		<-drained
 	}
 	close(d.results)
@@ -366,14 +374,11 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 			wakeAt(until)
 			continue
 		}
-		room := limit - s.inflight - len(s.queue)
-		if limit == d.cfg.PerSubscriber {
-			room += d.cfg.Prefetch // claim ahead so a claim's commit never leaves slots idle
-		}
+		room := d.roomLocked(s, limit)
 		rate := s.cfg.Rate.Bucket()
-		tokens := bucket.Available(s.bucket, rate, now) - len(s.queue)
+		tokens := bucket.Available(s.bucket, rate, now) - len(s.queue) - s.admitted
 		if tokens <= 0 {
-			if len(s.queue) == 0 {
+			if len(s.queue) == 0 && s.admitted == 0 {
 				wakeAt(now.Add(bucket.Wait(s.bucket, rate, now)))
 			}
 			continue // else a finishing attempt wakes the loop
@@ -395,6 +400,80 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 		return reqs, 0
 	}
 	return reqs, max(first.Sub(now), time.Millisecond)
+}
+
+// roomLocked is how many more deliveries a subscriber may take on (claimed
+// or admitted) beyond what it holds: its in-flight limit, plus the prefetch
+// that lets claims run ahead so a commit never leaves its workers idle.
+func (d *Dispatcher) roomLocked(s *sub, limit int) int {
+	room := limit - s.inflight - len(s.queue) - s.admitted
+	if limit == d.cfg.PerSubscriber {
+		room += d.cfg.Prefetch
+	}
+	return room
+}
+
+// Admit reserves room and tokens for up to n new deliveries of a subscriber
+// that has nothing older due, so the enqueue can hand them over in flight.
+func (d *Dispatcher) Admit(subscriberID string, n int, now time.Time) (int, time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.subs[subscriberID]
+	if !ok || d.stopping || s.claiming || s.cfg.Paused || s.cfg.PausedUntil.After(now) ||
+		(s.hasWork && !s.due.After(now)) {
+		return 0, time.Time{} // older work first: these go through the claim
+	}
+	limit, _ := d.limitLocked(s, now)
+	if limit < d.cfg.PerSubscriber {
+		return 0, time.Time{} // breaker open or probing
+	}
+	tokens := bucket.Available(s.bucket, s.cfg.Rate.Bucket(), now) - len(s.queue) - s.admitted
+	a := max(0, min(n, tokens, d.roomLocked(s, limit)))
+	s.admitted += a
+	d.admits.Add(a)
+	return a, now.Add(time.Duration(s.cfg.TimeoutMS)*time.Millisecond + leaseMargin)
+}
+
+// Handoff takes the deliveries Admit made room for, now committed in flight.
+func (d *Dispatcher) Handoff(claimed []ledger.Claimed) {
+	if len(claimed) == 0 {
+		return
+	}
+	now := d.cfg.Clock.Now()
+	d.mu.Lock()
+	var held []ledger.Result
+	for _, c := range claimed {
+		d.unsettled.Add(1)
+		s, ok := d.subs[c.SubscriberID]
+		if !ok {
+			d.unsettled.Add(-1) // removed meanwhile; its rows are gone too
+			continue
+		}
+		s.admitted--
+		s.queue = append(s.queue, c)
+	}
+	for id := range d.subs {
+		held = append(held, d.holdLocked(d.subs[id], now)...)
+	}
+	d.dispatchLocked(now)
+	d.mu.Unlock()
+	d.admits.Add(-len(claimed))
+	d.release(held)
+}
+
+// Unadmit returns reservations whose enqueue did not commit.
+func (d *Dispatcher) Unadmit(reserved map[string]int) {
+	d.mu.Lock()
+	n := 0
+	for id, k := range reserved {
+		if s, ok := d.subs[id]; ok {
+			s.admitted -= k
+		}
+		n += k
+	}
+	d.mu.Unlock()
+	d.admits.Add(-n)
+	d.poke()
 }
 
 // limitLocked is how many attempts a subscriber may have in flight at now,

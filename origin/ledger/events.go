@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sort"
+	"time"
 
 	"github.com/sluice-dev/sluice/shared/event"
 )
@@ -25,18 +27,39 @@ type Enqueued struct {
 
 // EnqueueResult is what an Enqueue committed.
 type EnqueueResult struct {
-	Events      []Enqueued
-	Subscribers map[string]int // new deliveries per subscriber, to wake the dispatcher
+	Events []Enqueued
+	// Subscribers counts the new pending deliveries per subscriber, to wake
+	// the dispatcher; deliveries handed straight to it are not among them.
+	Subscribers map[string]int
 }
+
+// Admitter lets a new delivery skip the claim. Asked inside the enqueue's
+// transaction, it reserves room for up to n of a subscriber's new
+// deliveries, which the ledger then inserts already in flight; after the
+// commit it receives them (Handoff), or its reservations back if the
+// transaction failed (Unadmit). Admit runs in the write loop: keep it quick.
+type Admitter interface {
+	Admit(subscriberID string, n int, now time.Time) (admitted int, leaseUntil time.Time)
+	Handoff(claimed []Claimed)
+	Unadmit(reserved map[string]int)
+}
+
+// SetAdmitter installs the dispatcher's hand-off; call before any Enqueue.
+func (l *Ledger) SetAdmitter(a Admitter) { l.admitter = a }
 
 // Enqueue stores events and fans each new one out to every subscriber whose
 // patterns match its type, in one transaction with whatever else shares the
 // commit. An id already stored is a duplicate and enqueues nothing. With
 // countDuplicates it also reports how many deliveries a duplicate has.
 func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates bool) (EnqueueResult, error) {
-	var res EnqueueResult
+	var (
+		res      EnqueueResult
+		reserved map[string]int
+		handoff  []Claimed
+	)
 	err := l.write(ctx, func(ctx context.Context, w *writer) error {
 		res = EnqueueResult{Events: make([]Enqueued, len(events)), Subscribers: map[string]int{}}
+		reserved, handoff = map[string]int{}, nil
 		now := ms(w.now)
 		inserted := make(map[string]int64, len(events))
 		args := make([]any, 0, 3*len(events))
@@ -55,8 +78,9 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates
 			return err
 		}
 		type pair struct {
-			sub string
-			seq int64
+			sub   string
+			seq   int64
+			event int // index in events
 		}
 		var fan []pair
 		for i, e := range events {
@@ -69,18 +93,56 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates
 			delete(inserted, e.ID) // a later copy in this batch is a duplicate
 			for sub, patterns := range l.patterns {
 				if event.MatchType(patterns, e.Type) {
-					fan = append(fan, pair{sub, seq})
+					fan = append(fan, pair{sub, seq, i})
 					res.Events[i].Deliveries++
 					res.Subscribers[sub]++
 				}
 			}
 		}
-		if len(fan) > 0 {
-			args := make([]any, 0, 2*len(fan))
-			for _, p := range fan {
-				args = append(args, p.sub, p.seq)
+		// Offer each subscriber its new deliveries, oldest first; what it
+		// admits goes in already in flight.
+		var pending, inflight []any
+		byEvent := map[int64]int{}
+		leases := map[string]time.Time{}
+		if l.admitter != nil {
+			for sub, n := range res.Subscribers {
+				if a, lease := l.admitter.Admit(sub, n, w.now); a > 0 {
+					reserved[sub], leases[sub] = a, lease
+				}
 			}
-			if err := w.insert(ctx, insertDeliveries, now, args, nil); err != nil {
+		}
+		taken := map[string]int{}
+		for _, p := range fan {
+			if taken[p.sub] < reserved[p.sub] {
+				taken[p.sub]++
+				inflight = append(inflight, p.sub, p.seq, ms(leases[p.sub]))
+				byEvent[p.seq] = p.event
+				res.Subscribers[p.sub]--
+				continue
+			}
+			pending = append(pending, p.sub, p.seq)
+		}
+		for sub, n := range res.Subscribers {
+			if n == 0 {
+				delete(res.Subscribers, sub)
+			}
+		}
+		if len(pending) > 0 {
+			if err := w.insert(ctx, insertDeliveries, now, pending, nil); err != nil {
+				return err
+			}
+		}
+		if len(inflight) > 0 {
+			if err := w.insert(ctx, insertInflight, now, inflight, func(rows *sql.Rows) error {
+				var c Claimed
+				if err := rows.Scan(&c.Seq, &c.SubscriberID, &c.eventSeq); err != nil {
+					return err
+				}
+				e := events[byEvent[c.eventSeq]]
+				c.EventID, c.EventType, c.Body, c.CreatedAt = e.ID, e.Type, e.Body, w.now
+				handoff = append(handoff, c)
+				return nil
+			}); err != nil {
 				return err
 			}
 		}
@@ -95,6 +157,14 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates
 		}
 		return nil
 	})
+	if l.admitter != nil {
+		if err != nil {
+			l.admitter.Unadmit(reserved)
+		} else {
+			sort.Slice(handoff, func(i, j int) bool { return handoff[i].Seq < handoff[j].Seq })
+			l.admitter.Handoff(handoff)
+		}
+	}
 	return res, err
 }
 

@@ -49,6 +49,7 @@ type Ledger struct {
 	patterns map[string][]string
 
 	baseChanges int64 // total_changes() once Open had finished its own writes
+	admitter    Admitter
 }
 
 // pragmas are the production settings, applied to every connection: WAL so

@@ -61,6 +61,10 @@ var (
 	insertDeliveries = rowShape{name: "deliveries",
 		head: `INSERT INTO deliveries (subscriber_id, event_seq, status, next_attempt_at, created_at, updated_at) VALUES `,
 		row:  `(?1,?2,'pending',?S,?S,?S)`, perRow: 2, hasShared: true}
+	insertInflight = rowShape{name: "inflight",
+		head: `INSERT INTO deliveries (subscriber_id, event_seq, status, next_attempt_at, created_at, updated_at, lease_until) VALUES `,
+		row:  `(?1,?2,'inflight',?S,?S,?S,?3)`, perRow: 3, hasShared: true,
+		tail: ` RETURNING seq, subscriber_id, event_seq`}
 	insertAttempts = rowShape{name: "attempts",
 		head: `INSERT OR IGNORE INTO attempts (delivery_seq, number, subscriber_id, at, lane, status_code,
 			error, duration_ms, retry_after_ms, response) VALUES `,
