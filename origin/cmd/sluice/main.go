@@ -19,7 +19,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
-		os.Exit(exitCode(err))
+		os.Exit(exitStatus(err))
 	}
 }
 
@@ -30,6 +30,25 @@ Usage:
   sluice serve [flags]     run the origin: API, dispatcher, workers
   sluice migrate [flags]   apply database migrations and exit
   sluice version           print the version
+
+Client commands (talk to a running origin's API):
+  sluice subscribers add|list|show|rm     manage subscribers
+  sluice send --type TYPE [--data JSON | --file PATH|-]
+                                          send one event
+  sluice deliveries [--status S] [--subscriber ID]
+                                          list deliveries, newest first
+  sluice deliveries show ID               one delivery with its attempt history
+  sluice dlq list|retry ID|recover SUB --since TIME
+                                          the dead-letter queue
+  sluice stats                            per-subscriber counts, success rate, latency
+
+Environment (a flag wins over its variable):
+  SLUICE_URL         --url of the client commands (default http://127.0.0.1:8080)
+  SLUICE_API_TOKEN   --api-token: the bearer token serve uses and the clients send
+  SLUICE_<FLAG>      every flag of serve and migrate, e.g. SLUICE_DB for --db
+
+Client commands print aligned tables; --json prints the API's JSON.
+Exit status: 0 ok, 1 the API refused or failed, 2 usage error, 3 cannot reach the API.
 
 Run "sluice COMMAND --help" for a command's flags.
 `
@@ -46,6 +65,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, args[1:], getenv, stdout, stderr)
 	case "migrate":
 		return migrate(ctx, args[1:], getenv, stdout, stderr)
+	case "subscribers", "send", "deliveries", "dlq", "stats":
+		return client(ctx, args, getenv, os.Stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "sluice", version)
 		return nil

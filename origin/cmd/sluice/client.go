@@ -1,0 +1,382 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// defaultAPIURL is where the client commands look for the API when neither
+// --url nor SLUICE_URL says otherwise: serve's default --addr.
+const defaultAPIURL = "http://127.0.0.1:8080"
+
+// requestTimeout bounds one API call; lists make one call per page.
+const requestTimeout = 30 * time.Second
+
+// exitStatus is the process exit status for err: 2 for a usage error, 3 when
+// the API could not be reached, 1 for anything else (the API said no, or a
+// server error). Scripts rely on these numbers.
+func exitStatus(err error) int {
+	var ue *unreachableError
+	if errors.As(err, &ue) {
+		return 3
+	}
+	return exitCode(err)
+}
+
+// apiError is a 4xx or 5xx answer, shown on one line as
+// "<status> <code>: <message>" with a hint when one helps.
+type apiError struct {
+	Status  int
+	Code    string
+	Message string
+	hint    string
+}
+
+func (e *apiError) Error() string {
+	s := fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+	if e.hint != "" {
+		s += " (" + e.hint + ")"
+	}
+	return s
+}
+
+// unreachableError is a request that got no HTTP answer at all: refused,
+// unresolvable, timed out, TLS failure.
+type unreachableError struct {
+	url    string // redacted base URL
+	reason string
+	err    error
+}
+
+func (e *unreachableError) Error() string { return "cannot reach " + e.url + ": " + e.reason }
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// apiClient calls one sluice API with one bearer token.
+type apiClient struct {
+	base  *url.URL
+	token string
+	http  *http.Client
+}
+
+// newAPIClient checks the base URL; a URL that is not http(s)://host is a
+// usage error, not a connection failure.
+func newAPIClient(rawURL, token string) (*apiClient, error) {
+	u, err := url.Parse(strings.TrimSpace(rawURL))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("--url (or SLUICE_URL) %q is not an http:// or https:// base URL such as %s: %w",
+			rawURL, defaultAPIURL, errUsage)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = ""
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	return &apiClient{
+		base:  u,
+		token: strings.TrimSpace(token),
+		http:  &http.Client{Transport: tr, Timeout: requestTimeout},
+	}, nil
+}
+
+// close drops idle connections: a command makes a few calls and exits.
+func (c *apiClient) close() { c.http.CloseIdleConnections() }
+
+// do sends one request and returns the body of a 2xx answer. Any other answer
+// is an *apiError; no answer is an *unreachableError.
+func (c *apiClient) do(ctx context.Context, method, path string, query url.Values, body []byte) ([]byte, error) {
+	u := *c.base
+	u.Path += path
+	u.RawQuery = query.Encode()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "sluice-cli/"+version)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s %s: interrupted: %w", method, path, ctx.Err())
+		}
+		return nil, &unreachableError{url: c.base.Redacted(), reason: transportReason(err), err: err}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, &unreachableError{url: c.base.Redacted(), reason: "the answer was cut off: " + transportReason(err), err: err}
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return raw, nil
+	}
+	return nil, c.answerError(resp, raw)
+}
+
+// answerError reads the API's {"error": {"code", "message"}}, or makes one
+// from the status when something else (a proxy) answered.
+func (c *apiClient) answerError(resp *http.Response, raw []byte) *apiError {
+	e := &apiError{Status: resp.StatusCode}
+	var body struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(raw, &body) == nil && body.Error.Code != "" {
+		e.Code, e.Message = body.Error.Code, body.Error.Message
+	} else {
+		e.Code = strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_"))
+		if e.Code == "" {
+			e.Code = "error"
+		}
+		e.Message = strings.TrimSpace(string(raw))
+		if len(e.Message) > 200 {
+			e.Message = e.Message[:200] + "…"
+		}
+		if e.Message == "" {
+			e.Message = "the server answered " + resp.Status
+		}
+	}
+	e.Message = oneLine(e.Message)
+	if resp.StatusCode == http.StatusUnauthorized {
+		if c.token == "" {
+			e.hint = "no API token given: set SLUICE_API_TOKEN or pass --api-token"
+		} else {
+			e.hint = "check SLUICE_API_TOKEN or --api-token"
+		}
+	}
+	return e
+}
+
+// transportReason says in a few words why no answer came, without a Go
+// error chain ("dial tcp …: connect: …").
+func transportReason(err error) string {
+	var dnsErr *net.DNSError
+	var netErr net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "no route to host"
+	case errors.As(err, &dnsErr):
+		return "cannot resolve " + dnsErr.Name
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return "timed out"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the connection closed without an answer"
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return oneLine(err.Error())
+}
+
+// oneLine folds s onto a single line.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// getJSON GETs path and decodes the answer into out; it returns the raw
+// answer too, for --json.
+func (c *apiClient) getJSON(ctx context.Context, path string, query url.Values, out any) ([]byte, error) {
+	raw, err := c.do(ctx, http.MethodGet, path, query, nil)
+	if err != nil {
+		return nil, err
+	}
+	return raw, decodeAnswer(path, raw, out)
+}
+
+// sendJSON sends in (already encoded, or a value to encode) and decodes the
+// answer into out when out is not nil.
+func (c *apiClient) sendJSON(ctx context.Context, method, path string, in any, out any) ([]byte, error) {
+	body, ok := in.([]byte)
+	if !ok {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return nil, err
+		}
+	}
+	raw, err := c.do(ctx, method, path, nil, body)
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		return raw, nil
+	}
+	return raw, decodeAnswer(path, raw, out)
+}
+
+func decodeAnswer(path string, raw []byte, out any) error {
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("the API's answer to %s is not what this client expects: %v", path, err)
+	}
+	return nil
+}
+
+// page is what the list routes answer.
+type page struct {
+	Data       []json.RawMessage `json:"data"`
+	NextCursor string            `json:"next_cursor,omitempty"`
+}
+
+// listAll follows next_cursor until it has limit items (0: no limit) or the
+// last page. more reports that items exist beyond the ones returned; next is
+// the cursor to continue from when the API gave one.
+func (c *apiClient) listAll(ctx context.Context, path string, query url.Values, limit int) (items []json.RawMessage, next string, more bool, err error) {
+	const maxPage = 1000 // the API's largest page
+	q := url.Values{}
+	for k, v := range query {
+		q[k] = v
+	}
+	seen := map[string]bool{}
+	for {
+		size := maxPage
+		if limit > 0 {
+			size = min(size, limit-len(items))
+		}
+		q.Set("limit", strconv.Itoa(size))
+		if next != "" {
+			q.Set("cursor", next)
+		}
+		var p page
+		if _, err := c.getJSON(ctx, path, q, &p); err != nil {
+			return nil, "", false, err
+		}
+		items = append(items, p.Data...)
+		if limit > 0 && len(items) > limit {
+			// A route without paging answered everything at once.
+			return items[:limit], "", true, nil
+		}
+		next = p.NextCursor
+		if next == "" {
+			return items, "", false, nil
+		}
+		if limit > 0 && len(items) == limit {
+			return items, next, true, nil
+		}
+		if seen[next] || len(p.Data) == 0 {
+			return nil, "", false, fmt.Errorf("GET %s: the API's next_cursor %q does not advance", path, next)
+		}
+		seen[next] = true
+	}
+}
+
+// connection is what every client command needs to reach the API.
+type connection struct {
+	url, token string
+	json       bool
+}
+
+// cmdFlags is a client command's flag set. Only the connection flags are read
+// from the environment: a variable like SLUICE_ID silently filling --id of
+// every command would surprise more than it helps.
+type cmdFlags struct {
+	*flag.FlagSet
+	name, syntax, summary string
+	env                   map[string]string // flag name → the variable it falls back to
+	conn                  connection
+	stderr                io.Writer
+}
+
+// newCmdFlags makes the flag set of "sluice <name>". urlFlag names the flag
+// holding the API's URL: "url" everywhere except where --url means something
+// else (subscribers add, whose --url is the subscriber's endpoint).
+func newCmdFlags(name, syntax, summary, urlFlag string, stderr io.Writer) *cmdFlags {
+	f := &cmdFlags{FlagSet: newFlags(name, summary, stderr), name: name, syntax: syntax, summary: summary,
+		env: map[string]string{}, stderr: stderr}
+	f.StringVar(&f.conn.url, urlFlag, defaultAPIURL, "the sluice API's base URL")
+	f.env[urlFlag] = envName("url")
+	f.StringVar(&f.conn.token, "api-token", "", "bearer token for the API (never printed)")
+	f.env["api-token"] = envName("api-token")
+	f.BoolVar(&f.conn.json, "json", false, "print the API's JSON instead of a table")
+	f.Usage = f.usage
+	return f
+}
+
+func (f *cmdFlags) usage() {
+	syntax := f.syntax
+	if syntax != "" {
+		syntax = " " + syntax
+	}
+	fmt.Fprintf(f.stderr, "Usage: sluice %s%s [flags]\n\n%s\n\nFlags (a flag wins over its environment variable):\n", f.name, syntax, f.summary)
+	f.VisitAll(func(fl *flag.Flag) {
+		def := ""
+		if fl.DefValue != "" && fl.DefValue != "false" && fl.DefValue != "0" && fl.DefValue != "0s" {
+			def = fmt.Sprintf(" (default %s)", fl.DefValue)
+		}
+		fmt.Fprintf(f.stderr, "  --%-26s %s%s\n", fl.Name, fl.Usage, def)
+		if env, ok := f.env[fl.Name]; ok {
+			fmt.Fprintf(f.stderr, "      env %s\n", env)
+		}
+	})
+}
+
+// parseArgs parses flags and positional arguments in any order ("show ID
+// --json" and "show --json ID"), fills the connection flags from the
+// environment, and requires exactly the positional arguments named in want.
+func (f *cmdFlags) parseArgs(args []string, getenv func(string) string, want ...string) ([]string, error) {
+	var pos []string
+	rest := args
+	for {
+		if err := f.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%v: %w", err, errUsage)
+		}
+		if f.NArg() == 0 {
+			break
+		}
+		pos = append(pos, f.Arg(0))
+		rest = f.Args()[1:]
+	}
+	envOnly := func(name string) string {
+		for flagName, env := range f.env {
+			if envName(flagName) == name {
+				return getenv(env)
+			}
+		}
+		return ""
+	}
+	// Every flag is already parsed; parse only adds the environment.
+	if err := parse(f.FlagSet, nil, envOnly); err != nil {
+		return nil, err
+	}
+	if len(pos) < len(want) {
+		return nil, fmt.Errorf("%s needs %s (see --help): %w", f.name, strings.Join(want, " "), errUsage)
+	}
+	if len(pos) > len(want) {
+		return nil, fmt.Errorf("%s: unexpected argument %q: %w", f.name, pos[len(want)], errUsage)
+	}
+	return pos, nil
+}
+
+// given reports whether the flag was set on the command line.
+func (f *cmdFlags) given(name string) bool {
+	set := false
+	f.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}
+
+// client returns the API client for the parsed connection flags.
+func (f *cmdFlags) client() (*apiClient, error) { return newAPIClient(f.conn.url, f.conn.token) }
