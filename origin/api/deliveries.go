@@ -20,16 +20,11 @@ func (s *Server) listDeliveries(c echo.Context) error {
 			return invalid("status must be pending, inflight, sent or dead")
 		}
 	}
-	if v := c.QueryParam("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return badRequest("limit must be an integer")
-		}
-		if n < 1 || n > maxPage {
-			return invalid("limit must be between 1 and %d", maxPage)
-		}
-		f.Limit = n
+	limit, err := pageLimit(c)
+	if err != nil {
+		return err
 	}
+	f.Limit = limit
 	if v := c.QueryParam("cursor"); v != "" {
 		seq, ok := ledger.ParseDeliveryID(v)
 		if !ok {
@@ -46,6 +41,22 @@ func (s *Server) listDeliveries(c echo.Context) error {
 		out["next_cursor"] = ledger.DeliveryID(next)
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// pageLimit reads a list's limit parameter.
+func pageLimit(c echo.Context) (int, error) {
+	v := c.QueryParam("limit")
+	if v == "" {
+		return defaultPage, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, badRequest("limit must be an integer")
+	}
+	if n < 1 || n > maxPage {
+		return 0, invalid("limit must be between 1 and %d", maxPage)
+	}
+	return n, nil
 }
 
 func nonNil(ds []ledger.Delivery) []ledger.Delivery {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -59,7 +60,7 @@ func classify(err error) *apiError {
 	case errors.Is(err, ledger.ErrNotFound):
 		return &apiError{http.StatusNotFound, "not_found", err.Error()}
 	case errors.Is(err, ledger.ErrConflict):
-		return &apiError{http.StatusConflict, "conflict", err.Error()}
+		return &apiError{http.StatusConflict, "conflict", strings.TrimSuffix(err.Error(), ": "+ledger.ErrConflict.Error())}
 	case errors.As(err, &he):
 		return fromEcho(he)
 	}

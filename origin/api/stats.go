@@ -19,8 +19,8 @@ type subscriberStats struct {
 	Dead        int        `json:"dead"`
 	Attempts    int        `json:"attempts_5m"`
 	SuccessRate *float64   `json:"success_rate"` // null when no attempt was made in the window
-	P50MS       int64      `json:"p50_ms"`
-	P99MS       int64      `json:"p99_ms"`
+	P50MS       *int64     `json:"p50_ms"`       // null when nothing was delivered in the window
+	P99MS       *int64     `json:"p99_ms"`
 	Breaker     string     `json:"breaker"`
 	PausedUntil *time.Time `json:"paused_until"`
 	Tokens      float64    `json:"tokens"`
@@ -48,7 +48,10 @@ func (s *Server) stats(c echo.Context) error {
 		if v, ok := st[id]; ok {
 			row.Pending, row.Inflight, row.Sent, row.Dead = v.Pending, v.Inflight, v.Sent, v.Dead
 			row.Attempts = v.Attempts
-			row.P50MS, row.P99MS = v.P50.Milliseconds(), v.P99.Milliseconds()
+			if v.Delivered > 0 {
+				p50, p99 := v.P50.Milliseconds(), v.P99.Milliseconds()
+				row.P50MS, row.P99MS = &p50, &p99
+			}
 			if v.Attempts > 0 {
 				r := float64(v.Successes) / float64(v.Attempts)
 				row.SuccessRate = &r

@@ -175,6 +175,9 @@ func (s *Server) view(sub ledger.Subscriber) subscriberView {
 	if snap, ok := s.Dispatcher.Snapshot()[sub.ID]; ok {
 		v.Breaker, v.PausedUntil = snap.Breaker, snap.PausedUntil
 	}
+	if !v.PausedUntil.After(s.Now()) {
+		v.PausedUntil = time.Time{} // a Retry-After pause that has ended
+	}
 	if sub.PreviousSecret != "" && s.Now().Before(sub.PreviousUntil) {
 		t := sub.PreviousUntil
 		v.SecretRotatingUntil = &t
@@ -183,15 +186,23 @@ func (s *Server) view(sub ledger.Subscriber) subscriberView {
 }
 
 func (s *Server) listSubscribers(c echo.Context) error {
-	all, err := s.Ledger.Subscribers(c.Request().Context())
+	limit, err := pageLimit(c)
 	if err != nil {
 		return err
 	}
-	out := make([]subscriberView, 0, len(all))
-	for _, sub := range all {
+	page, next, err := s.Ledger.SubscriberPage(c.Request().Context(), c.QueryParam("cursor"), limit)
+	if err != nil {
+		return err
+	}
+	out := make([]subscriberView, 0, len(page))
+	for _, sub := range page {
 		out = append(out, s.view(sub))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"data": out})
+	body := map[string]any{"data": out}
+	if next != "" {
+		body["next_cursor"] = next
+	}
+	return c.JSON(http.StatusOK, body)
 }
 
 func (s *Server) getSubscriber(c echo.Context) error {

@@ -265,7 +265,7 @@ func (l *Ledger) Requeue(ctx context.Context, id string) (Delivery, error) {
 			return err
 		}
 		if s := Status(status); s != StatusDead && s != StatusPending {
-			return fmt.Errorf("delivery %s is %s: %w", id, s, ErrConflict)
+			return fmt.Errorf("delivery %s is %s; only dead or pending deliveries can be retried: %w", id, s, ErrConflict)
 		}
 		_, err = w.conn.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', budget_from = attempts, next_attempt_at = ?1,
 			dead_at = NULL, updated_at = ?1 WHERE seq = ?2`, ms(w.now), seq)

@@ -12,6 +12,7 @@ type SubscriberStats struct {
 	// Over the window: attempts made, those that succeeded, and the
 	// enqueue-to-delivery latency percentiles of deliveries sent in it.
 	Attempts, Successes int
+	Delivered           int // sent in the window; P50 and P99 are over these
 	P50, P99            time.Duration
 }
 
@@ -99,6 +100,7 @@ func (l *Ledger) stats(ctx context.Context, since time.Time, full bool) (map[str
 	}
 	for id, v := range lat {
 		s := get(id)
+		s.Delivered = len(v)
 		s.P50 = time.Duration(percentile(v, 0.50)) * time.Millisecond
 		s.P99 = time.Duration(percentile(v, 0.99)) * time.Millisecond
 	}

@@ -45,7 +45,23 @@ func scanSubscriber(row scanner) (Subscriber, error) {
 
 // Subscribers returns every subscriber, oldest first.
 func (l *Ledger) Subscribers(ctx context.Context) ([]Subscriber, error) {
-	rows, err := l.rdb.QueryContext(ctx, `SELECT `+subscriberColumns+` FROM subscribers ORDER BY created_at, id`)
+	return l.querySubscribers(ctx, `ORDER BY created_at, id`)
+}
+
+// SubscriberPage returns up to limit subscribers by id after the cursor
+// (an id; "" for the first page) and the cursor of the next page ("" on the
+// last).
+func (l *Ledger) SubscriberPage(ctx context.Context, after string, limit int) ([]Subscriber, string, error) {
+	out, err := l.querySubscribers(ctx, `WHERE id > ? ORDER BY id LIMIT ?`, after, limit+1)
+	if err != nil || len(out) <= limit {
+		return out, "", err
+	}
+	out = out[:limit]
+	return out, out[limit-1].ID, nil
+}
+
+func (l *Ledger) querySubscribers(ctx context.Context, tail string, args ...any) ([]Subscriber, error) {
+	rows, err := l.rdb.QueryContext(ctx, `SELECT `+subscriberColumns+` FROM subscribers `+tail, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +102,7 @@ func (l *Ledger) CreateSubscriber(ctx context.Context, s *Subscriber) error {
 			return err
 		}
 		if n > 0 {
-			return fmt.Errorf("subscriber %s: %w", s.ID, ErrConflict)
+			return fmt.Errorf("subscriber %s already exists: %w", s.ID, ErrConflict)
 		}
 		s.CreatedAt, s.UpdatedAt = w.now.UTC(), w.now.UTC()
 		if s.Breaker.State == "" {

@@ -12,7 +12,7 @@ import (
 // Errors the ledger returns; the API maps them to HTTP statuses in one table.
 var (
 	ErrNotFound = errors.New("not found")
-	ErrConflict = errors.New("already exists")
+	ErrConflict = errors.New("conflict")
 	ErrLocked   = errors.New("database is in use by another sluice process")
 )
 

@@ -647,8 +647,8 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 		Subscribers []struct {
 			counts
 			ID          string     `json:"subscriber_id"`
-			P50MS       int64      `json:"p50_ms"`
-			P99MS       int64      `json:"p99_ms"`
+			P50MS       *int64     `json:"p50_ms"`
+			P99MS       *int64     `json:"p99_ms"`
 			Breaker     string     `json:"breaker"`
 			PausedUntil *time.Time `json:"paused_until"`
 			Tokens      float64    `json:"tokens"`
@@ -673,19 +673,18 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 		}
 		return fmt.Sprintf("%.1f%%", 100**r)
 	}
-	// The API answers 0 ms when nothing was delivered in the window; a
-	// dash says "no data" where 0ms would claim an instant delivery.
-	latency := func(ms int64, success *float64) string {
-		if success == nil || *success == 0 {
+	// The API answers null when nothing was delivered in the window.
+	latency := func(ms *int64) string {
+		if ms == nil {
 			return ""
 		}
-		return millis(ms)
+		return millis(*ms)
 	}
 	t := newTable(c.stdout, "SUBSCRIBER", "PENDING", "INFLIGHT", "SENT", "DEAD", "ATTEMPTS "+window,
 		"SUCCESS "+window, "P50", "P99", "BREAKER", "PAUSED UNTIL", "TOKENS")
 	for _, s := range st.Subscribers {
 		t.row(s.ID, fmt.Sprint(s.Pending), fmt.Sprint(s.Inflight), fmt.Sprint(s.Sent), fmt.Sprint(s.Dead),
-			fmt.Sprint(s.Attempts), rate(s.SuccessRate), latency(s.P50MS, s.SuccessRate), latency(s.P99MS, s.SuccessRate),
+			fmt.Sprint(s.Attempts), rate(s.SuccessRate), latency(s.P50MS), latency(s.P99MS),
 			s.Breaker, when(s.PausedUntil), fmt.Sprintf("%.1f", s.Tokens))
 	}
 	tt := st.Totals
