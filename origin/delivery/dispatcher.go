@@ -442,6 +442,7 @@ func (d *Dispatcher) Handoff(claimed []ledger.Claimed) {
 	now := d.cfg.Clock.Now()
 	d.mu.Lock()
 	var held []ledger.Result
+	touched := map[*sub]struct{}{}
 	for _, c := range claimed {
 		d.unsettled.Add(1)
 		s, ok := d.subs[c.SubscriberID]
@@ -451,9 +452,10 @@ func (d *Dispatcher) Handoff(claimed []ledger.Claimed) {
 		}
 		s.admitted--
 		s.queue = append(s.queue, c)
+		touched[s] = struct{}{}
 	}
-	for id := range d.subs {
-		held = append(held, d.holdLocked(d.subs[id], now)...)
+	for s := range touched {
+		held = append(held, d.holdLocked(s, now)...) // paused since Admit
 	}
 	d.dispatchLocked(now)
 	d.mu.Unlock()
@@ -608,6 +610,8 @@ func (d *Dispatcher) release(rs []ledger.Result) {
 
 // signerLocked returns the subscriber's signer for the secrets valid at now.
 func (d *Dispatcher) signerLocked(s *sub, now time.Time) *signature.Signer {
+	// Reuse the signer unless a rotation's grace period has ended since it
+	// was built (then the previous secret must stop signing).
 	if s.signer != nil && (s.cfg.PreviousUntil.IsZero() || now.Before(s.cfg.PreviousUntil) == s.signerAt.Before(s.cfg.PreviousUntil)) {
 		return s.signer
 	}
