@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -345,5 +346,38 @@ func TestOperatorPauseHoldsDeliveries(t *testing.T) {
 	b.settle()
 	if n := rc.count(); n != 3 {
 		t.Fatalf("unpaused subscriber got %d of 3", n)
+	}
+}
+
+func TestRotatedSecretStopsSigningWhenItsGraceEnds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	var mu sync.Mutex
+	var sigs []string
+	rc := newReceiver(t, b.clock, func(r *http.Request, _ int) (int, http.Header) {
+		mu.Lock()
+		sigs = append(sigs, r.Header.Get("webhook-signature"))
+		mu.Unlock()
+		return http.StatusOK, nil
+	})
+	const previous = "whsec_cHJldmlvdXMtc2VjcmV0LTI0LWJ5dGVzLWxvbmch"
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) {
+		s.PreviousSecret, s.PreviousUntil = previous, t0.Add(time.Hour)
+	})
+	b.send("before", "t", 1)
+	b.settle()
+	b.fake.Advance(time.Hour)
+	b.send("after", "t", 1)
+	b.settle()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sigs) != 2 {
+		t.Fatalf("%d requests, want 2", len(sigs))
+	}
+	if n := len(strings.Fields(sigs[0])); n != 2 {
+		t.Fatalf("during the grace period the header held %d signatures, want 2: %q", n, sigs[0])
+	}
+	if n := len(strings.Fields(sigs[1])); n != 1 {
+		t.Fatalf("after the grace period the header held %d signatures, want 1: %q", n, sigs[1])
 	}
 }
