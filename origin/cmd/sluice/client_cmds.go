@@ -66,6 +66,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.send(ctx, args[1:])
 	case "stats":
 		return c.stats(ctx, args[1:])
+	case "health":
+		return c.health(ctx, args[1:])
 	}
 	return fmt.Errorf("unknown command %q: %w", args[0], errUsage)
 }
@@ -723,5 +725,30 @@ func (c *cli) list(ctx context.Context, f *cmdFlags, path string, q url.Values, 
 	if more {
 		fmt.Fprintf(c.stderr, "sluice: showing the first %d %s; more remain (raise --limit, or --limit 0 for all)\n", limit, what)
 	}
+	return nil
+}
+
+// health checks GET /healthz: exit 0 when the server and its database
+// answer. It is the container's HEALTHCHECK, since the image has no shell.
+func (c *cli) health(ctx context.Context, args []string) error {
+	f := newCmdFlags("health", "", "Checks that a sluice server and its database answer (exit 0), for health checks.", "url", c.stderr)
+	if _, err := f.parseArgs(args, c.getenv); err != nil {
+		return err
+	}
+	api, err := f.client()
+	if err != nil {
+		return err
+	}
+	defer api.close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	raw, err := api.do(ctx, http.MethodGet, "/healthz", nil, nil)
+	if err != nil {
+		return err
+	}
+	if f.conn.json {
+		return writeRaw(c.stdout, raw)
+	}
+	fmt.Fprintln(c.stdout, "ok")
 	return nil
 }

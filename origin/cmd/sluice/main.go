@@ -65,7 +65,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, args[1:], getenv, stdout, stderr)
 	case "migrate":
 		return migrate(ctx, args[1:], getenv, stdout, stderr)
-	case "subscribers", "send", "deliveries", "dlq", "stats":
+	case "subscribers", "send", "deliveries", "dlq", "stats", "health":
 		return client(ctx, args, getenv, os.Stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "sluice", version)
