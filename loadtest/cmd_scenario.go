@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/sluice-dev/sluice/loadtest/scenario"
+)
+
+// commonFlags are the flags every scenario takes.
+type commonFlags struct {
+	o         scenario.Options
+	jsonOut   string
+	sluiceLog string
+	workers   int
+	live      bool
+	verbose   bool
+}
+
+func (c *commonFlags) register(fs interface {
+	StringVar(*string, string, string, string)
+	IntVar(*int, string, int, string)
+	DurationVar(*time.Duration, string, time.Duration, string)
+	Uint64Var(*uint64, string, uint64, string)
+	BoolVar(*bool, string, bool, string)
+}, events int, timeout time.Duration) {
+	fs.StringVar(&c.o.Sluice, "sluice", "", "the sluice binary (default: go build ./origin/cmd/sluice into a temp folder)")
+	fs.IntVar(&c.o.Events, "events", events, "events in the burst")
+	fs.DurationVar(&c.o.Timeout, "timeout", timeout, "how long to wait for deliveries (bounded run)")
+	fs.StringVar(&c.jsonOut, "json", "", "also write the result as JSON to this file")
+	fs.IntVar(&c.workers, "workers", 0, "sluice serve --workers (0: sluice's default)")
+	fs.Uint64Var(&c.o.Seed, "seed", 1, "seed of the partners' faults")
+	fs.DurationVar(&c.o.Jitter, "jitter", 50*time.Millisecond, "arrival-time spread the rate check allows for")
+	fs.BoolVar(&c.live, "live", false, "show per-subscriber progress every second")
+	fs.BoolVar(&c.verbose, "v", false, "log the harness's steps to stderr")
+	fs.StringVar(&c.sluiceLog, "sluice-log", "", "write sluice's own log (its stderr) to this file")
+}
+
+func (c *commonFlags) apply(stdout, stderr io.Writer) error {
+	if c.o.Events <= 0 || c.o.Events > 1_000_000 {
+		return fmt.Errorf("--events must be between 1 and 1,000,000: %w", errUsage)
+	}
+	if c.o.Timeout <= 0 || c.o.Timeout > 2*time.Hour {
+		return fmt.Errorf("--timeout must be between 0 and 2h: %w", errUsage)
+	}
+	if c.workers > 0 {
+		c.o.ServeArgs = append(c.o.ServeArgs, "--workers", strconv.Itoa(c.workers))
+	}
+	if c.live {
+		c.o.Live = stdout
+		f, ok := stdout.(*os.File)
+		c.o.LiveTTY = ok && isTTY(f)
+	}
+	if c.verbose {
+		c.o.Log = stderr
+	}
+	if c.sluiceLog != "" {
+		f, err := os.Create(c.sluiceLog)
+		if err != nil {
+			return err
+		}
+		// Closed by the process's exit; sluice writes to it until then.
+		c.o.SluiceLog = f
+	}
+	return nil
+}
+
+func runCanal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("scenario canal", "The seed's incident end to end: starts a real `sluice serve` on a temp database and five\n"+
+		"partners on 127.0.0.1 — partner-dash (advertises 10/s burst 20, 429s beyond it and bans clients that\n"+
+		"ignore Retry-After), slack-relay (answers in 2 s), analytics-a and analytics-b (fast), crm (random 500s,\n"+
+		"resets and timeouts) — subscribes them with the rates they advertise, posts --events video.trending\n"+
+		"events in one burst through /v1/events/batch, waits up to --timeout for every delivery to reach its\n"+
+		"partner or the dead letters, and prints a per-subscriber table.\n\n"+
+		"An event is lost only when it was neither delivered, nor still pending or in flight in sluice, nor\n"+
+		"dead-lettered. Exit status 1 when anything was lost or an advertised rate was exceeded.", stderr)
+	var c commonFlags
+	c.register(fs, 12000, 60*time.Second)
+	var withNaive bool
+	var naiveWorkers int
+	fs.BoolVar(&withNaive, "naive", false, "then run the seed's naive loop against fresh partners and print both tables")
+	fs.IntVar(&naiveWorkers, "naive-workers", 64, "loops the naive run uses")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.apply(stdout, stderr); err != nil {
+		return err
+	}
+	if c.o.Live != nil {
+		fmt.Fprintf(stdout, "sluice canal demo: %d video.trending events in one burst to 5 subscribers; up to %s\n\n", c.o.Events, c.o.Timeout)
+	}
+	res, err := scenario.Canal(ctx, c.o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	if err := res.Write(stdout); err != nil {
+		return err
+	}
+	out := any(res)
+	if withNaive {
+		nres, err := scenario.Naive(ctx, c.o, naiveWorkers)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+		if err := nres.Write(stdout); err != nil {
+			return err
+		}
+		out = map[string]any{"canal": res, "naive": nres}
+	}
+	if err := writeJSON(c.jsonOut, out); err != nil {
+		return err
+	}
+	if !res.Pass {
+		return errFailed
+	}
+	return nil
+}
+
+func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("scenario chaos", "A bounded run under faults: a real `sluice serve` and five partners (the banning 10/s one,\n"+
+		"a fast sink, a flaky CRM, a 300 ms relay, and one that refuses connections then answers 503 mid-run).\n"+
+		"--events arrive in batches over the first 60% of --duration while the harness kill -9s and restarts\n"+
+		"sluice --kills times; then it waits up to --timeout for the subscribers (all but the 10/s one) to drain.\n"+
+		"Passes when nothing is lost, no advertised rate is exceeded and there are no more duplicates than\n"+
+		"deliveries in flight at the kills. sluice runs with --retry-base 250ms --retry-cap 5s\n"+
+		"--breaker-cooldown 3s so faults heal within the run.", stderr)
+	var c commonFlags
+	c.register(fs, 3000, 60*time.Second)
+	var co scenario.ChaosOptions
+	fs.DurationVar(&co.Duration, "duration", 30*time.Second, "the phase with events, kills and outages")
+	fs.IntVar(&co.Kills, "kills", 3, "kill -9 and restart sluice this many times")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.apply(stdout, stderr); err != nil {
+		return err
+	}
+	if co.Duration <= 0 || co.Duration > time.Hour || co.Kills < 1 || co.Kills > 100 {
+		return fmt.Errorf("--duration must be at most 1h and --kills between 1 and 100: %w", errUsage)
+	}
+	co.Options = c.o
+	res, err := scenario.Chaos(ctx, co)
+	if err != nil {
+		return err
+	}
+	if err := res.Write(stdout); err != nil {
+		return err
+	}
+	if err := writeJSON(c.jsonOut, res); err != nil {
+		return err
+	}
+	if !res.Pass {
+		return errFailed
+	}
+	return nil
+}
+
+func runNaive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("naive", "The seed's starting point, for comparison: dequeue an event, POST it to the subscriber, move on —\n"+
+		"no rate limit, no Retry-After, no retries. Runs against the same five partners as the canal scenario\n"+
+		"and reports what it lost and how hard it hammered the 10/s partner. Its failures are the point: the\n"+
+		"exit status is 0 unless the harness itself fails.", stderr)
+	var c commonFlags
+	c.register(fs, 12000, 60*time.Second)
+	var workers int
+	fs.IntVar(&workers, "loops", 64, "naive loops running side by side")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.apply(stdout, stderr); err != nil {
+		return err
+	}
+	res, err := scenario.Naive(ctx, c.o, workers)
+	if err != nil {
+		return err
+	}
+	if err := res.Write(stdout); err != nil {
+		return err
+	}
+	return writeJSON(c.jsonOut, res)
+}

@@ -1,0 +1,219 @@
+// Package flood is the seed's hostile client, generalised: N workers hammer
+// one loopback URL for a bounded time and count what came back, so you can
+// see whether a limiter limits.
+package flood
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/loadtest/report"
+	"github.com/sluice-dev/sluice/shared/signature"
+)
+
+// Options are one flood.
+type Options struct {
+	URL         string        // a loopback http URL
+	Workers     int           // concurrent clients (default 64)
+	Duration    time.Duration // how long to flood (default 10s)
+	MaxRequests int           // stop after this many requests in all (default 1,000,000)
+	Timeout     time.Duration // per request (default 5s)
+	// Secret, when set, signs each request the Standard Webhooks way with a
+	// fresh webhook-id, so a partner accepts it; otherwise requests are bare.
+	Secret string
+	// Body is each request's body (default a small video.trending event).
+	Body []byte
+	Now  func() time.Time // default time.Now
+}
+
+// Result is what came back.
+type Result struct {
+	Requests  int           `json:"requests"`
+	Accepted  int           `json:"accepted"`  // 2xx
+	Throttled int           `json:"throttled"` // 429
+	Rejected  int           `json:"rejected"`  // any other status
+	Errors    int           `json:"errors"`    // no answer
+	Elapsed   report.Millis `json:"elapsed_ms"`
+	// Achieved is accepted per second; Offered is answered requests per second.
+	Achieved float64       `json:"achieved_per_s"`
+	Offered  float64       `json:"offered_per_s"`
+	P50      report.Millis `json:"p50_ms"`
+	P99      report.Millis `json:"p99_ms"`
+	Statuses map[int]int   `json:"statuses"`
+}
+
+// CheckLoopback refuses any URL whose host is not a loopback address: the
+// harness never sends load off the machine.
+func CheckLoopback(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%s: want an http URL", raw)
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%s: the harness only sends to loopback addresses (127.0.0.1, ::1, localhost)", raw)
+}
+
+// Run floods until Duration passes, MaxRequests were sent or ctx ends.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if err := CheckLoopback(o.URL); err != nil {
+		return Result{}, err
+	}
+	if o.Workers <= 0 {
+		o.Workers = 64
+	}
+	if o.Duration <= 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.MaxRequests <= 0 {
+		o.MaxRequests = 1_000_000
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	var signer *signature.Signer
+	if o.Secret != "" {
+		var err error
+		if signer, err = signature.NewSigner(o.Secret); err != nil {
+			return Result{}, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Duration)
+	defer cancel()
+	client := &http.Client{
+		Timeout:   o.Timeout,
+		Transport: &http.Transport{MaxIdleConnsPerHost: o.Workers, MaxConnsPerHost: o.Workers},
+	}
+	defer client.CloseIdleConnections()
+
+	var (
+		mu       sync.Mutex
+		res      = Result{Statuses: map[int]int{}}
+		lat      []time.Duration
+		issued   int
+		issuedMu sync.Mutex
+		wg       sync.WaitGroup
+	)
+	// take hands out request numbers until the budget is spent.
+	take := func() (int, bool) {
+		issuedMu.Lock()
+		defer issuedMu.Unlock()
+		if issued >= o.MaxRequests || ctx.Err() != nil {
+			return 0, false
+		}
+		issued++
+		return issued, true
+	}
+	start := o.Now()
+	for range o.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				n, ok := take()
+				if !ok {
+					return
+				}
+				status, d, err := one(ctx, client, o, signer, n)
+				mu.Lock()
+				res.Requests++
+				switch {
+				case err != nil:
+					if ctx.Err() == nil {
+						res.Errors++
+					} else {
+						res.Requests-- // cut off by the end of the run, not an error
+					}
+				case status/100 == 2:
+					res.Accepted++
+				case status == http.StatusTooManyRequests:
+					res.Throttled++
+				default:
+					res.Rejected++
+				}
+				if err == nil {
+					res.Statuses[status]++
+					lat = append(lat, d)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := o.Now().Sub(start)
+	slices.Sort(lat)
+	res.Elapsed = report.Millis(elapsed)
+	res.Achieved = report.Rate(res.Accepted, elapsed)
+	res.Offered = report.Rate(len(lat), elapsed)
+	res.P50 = report.Millis(report.Percentile(lat, 0.50))
+	res.P99 = report.Millis(report.Percentile(lat, 0.99))
+	return res, nil
+}
+
+var defaultBody = []byte(`{"type":"video.trending","video_id":"vv_9f31c2","region":"NL","velocity":224.0}`)
+
+func one(ctx context.Context, client *http.Client, o Options, signer *signature.Signer, n int) (int, time.Duration, error) {
+	body := o.Body
+	if body == nil {
+		body = defaultBody
+	}
+	id := "flood_" + strconv.Itoa(n)
+	if signer != nil {
+		body = withID(body, id)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.URL, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	t0 := o.Now()
+	if signer != nil {
+		signer.Set(req.Header, id, t0, body)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return 0, 0, err
+	}
+	return resp.StatusCode, o.Now().Sub(t0), nil
+}
+
+// withID puts "id" first in a JSON object body, so the body names the same
+// event as its webhook-id.
+func withID(body []byte, id string) []byte {
+	b := bytes.TrimSpace(body)
+	if len(b) < 2 || b[0] != '{' {
+		return body
+	}
+	rest := bytes.TrimSpace(b[1:])
+	out := []byte(`{"id":"` + id + `"`)
+	if rest[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, rest...)
+}

@@ -1,0 +1,90 @@
+package scenario
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/loadtest/instance"
+	"github.com/sluice-dev/sluice/loadtest/partner"
+	"github.com/sluice-dev/sluice/loadtest/report"
+)
+
+// live is the per-subscriber progress view: one line per subscriber,
+// redrawn in place on a terminal, reprinted under a time stamp otherwise.
+type live struct {
+	w     io.Writer // nil: no view
+	tty   bool
+	drawn int // lines drawn last time (tty)
+}
+
+func (l *live) draw(now, start time.Time, specs []Spec, ps []*partner.Partner, st instance.Stats, expected int) {
+	if l == nil || l.w == nil {
+		return
+	}
+	var b strings.Builder
+	if l.tty && l.drawn > 0 {
+		fmt.Fprintf(&b, "\x1b[%dA", l.drawn)
+	}
+	lines := []string{fmt.Sprintf("t+%-4s pending %d  inflight %d  sent %d  dead %d",
+		now.Sub(start).Round(time.Second), st.Totals.Pending, st.Totals.Inflight, st.Totals.Sent, st.Totals.Dead)}
+	for i, s := range specs {
+		pg := ps[i].Progress(now)
+		adv := ps[i].Config().Advertised
+		lines = append(lines, fmt.Sprintf("  %-13s %6d/%-6d %s %5d/s of %-6s %s",
+			s.ID, pg.Delivered, expected, bar(pg.Delivered, expected, 20), pg.LastSecond,
+			fmt.Sprintf("%g/s", adv.PerSecond), State(pg, st.Of(s.ID), expected, now)))
+	}
+	for _, line := range lines {
+		if l.tty {
+			b.WriteString("\x1b[2K")
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	if !l.tty {
+		b.WriteByte('\n')
+	}
+	l.drawn = len(lines)
+	io.WriteString(l.w, b.String())
+}
+
+func bar(n, of, width int) string {
+	if of <= 0 {
+		return "[" + strings.Repeat(" ", width) + "]"
+	}
+	full := min(width, n*width/of)
+	return "[" + strings.Repeat("#", full) + strings.Repeat(".", width-full) + "]"
+}
+
+// State says in a few words why a subscriber is where it is: drained,
+// banned by its partner, breaker open, paused by Retry-After, partner down,
+// throttled at its cap, or sending; with its dead letters.
+func State(pg partner.Progress, s instance.SubscriberStats, expected int, now time.Time) string {
+	var st string
+	switch {
+	case expected > 0 && pg.Delivered >= expected:
+		st = "drained"
+	case pg.Banned:
+		st = "BANNED by the partner"
+	case s.Breaker == "open":
+		st = "breaker open"
+	case s.Breaker == "half_open":
+		st = "breaker half-open (probing)"
+	case s.PausedUntil != nil && s.PausedUntil.After(now):
+		st = fmt.Sprintf("paused by Retry-After (%s left)", report.Short(s.PausedUntil.Sub(now)))
+	case pg.Mode != partner.Up:
+		st = "partner down (" + pg.Mode.String() + ")"
+	case s.Pending+s.Inflight > 0 && s.Tokens < 1:
+		st = "throttled at its cap"
+	case s.Pending+s.Inflight > 0:
+		st = "sending"
+	default:
+		st = "idle"
+	}
+	if s.Dead > 0 {
+		st += fmt.Sprintf(" · %d dead letters", s.Dead)
+	}
+	return st
+}

@@ -1,0 +1,190 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/loadtest/instance"
+	"github.com/sluice-dev/sluice/loadtest/partner"
+	"github.com/sluice-dev/sluice/shared/bucket"
+	"github.com/sluice-dev/sluice/shared/signature"
+)
+
+func TestEventBodyIsTheSeedsEvent(t *testing.T) {
+	t.Parallel()
+	sent := time.Date(2026, 7, 11, 8, 14, 2, 123456789, time.UTC)
+	var ev struct {
+		ID, Type, Region string
+		SentAt           time.Time `json:"sent_at"`
+		Velocity         float64
+	}
+	if err := json.Unmarshal(eventBody("canal_000042", 41, sent), &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.ID != "canal_000042" || ev.Type != "video.trending" || ev.Region != "NL" || !ev.SentAt.Equal(sent) || ev.Velocity != 224.41 {
+		t.Errorf("event = %+v", ev)
+	}
+	if ids := eventIDs("canal", 3); strings.Join(ids, " ") != "canal_000001 canal_000002 canal_000003" {
+		t.Errorf("eventIDs = %v", ids)
+	}
+}
+
+func TestState(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 7, 11, 8, 14, 2, 0, time.UTC)
+	later := now.Add(1500 * time.Millisecond)
+	tests := []struct {
+		pg   partner.Progress
+		st   instance.SubscriberStats
+		want string
+	}{
+		{partner.Progress{Delivered: 10}, instance.SubscriberStats{}, "drained"},
+		{partner.Progress{Banned: true}, instance.SubscriberStats{Pending: 3, Breaker: "open"}, "BANNED by the partner"},
+		{partner.Progress{}, instance.SubscriberStats{Pending: 3, Breaker: "open", Dead: 2}, "breaker open · 2 dead letters"},
+		{partner.Progress{}, instance.SubscriberStats{Pending: 3, PausedUntil: &later}, "paused by Retry-After (1.50s left)"},
+		{partner.Progress{}, instance.SubscriberStats{Pending: 3, Tokens: 0.4}, "throttled at its cap"},
+		{partner.Progress{}, instance.SubscriberStats{Pending: 3, Tokens: 7}, "sending"},
+		{partner.Progress{Mode: partner.Refusing}, instance.SubscriberStats{Pending: 3}, "partner down (refusing connections)"},
+	}
+	for _, tt := range tests {
+		if got := State(tt.pg, tt.st, 10, now); got != tt.want {
+			t.Errorf("State(%+v, %+v) = %q, want %q", tt.pg, tt.st, got, tt.want)
+		}
+	}
+}
+
+// scaledCanal is the canal cast at test scale: the same behaviours, with
+// the slow answers and the flaky timeouts short enough for a test.
+func scaledCanal() []Spec {
+	specs := CanalSpecs()
+	for i := range specs {
+		switch specs[i].ID {
+		case "slack-relay":
+			specs[i].Partner.Delay = 100 * time.Millisecond
+		case "crm":
+			specs[i].Partner.Faults.Hold = 3 * time.Second
+			specs[i].TimeoutMS = 500
+		}
+	}
+	return specs
+}
+
+// TestCanalShort runs the canal scenario end to end at a small scale: a
+// real sluice, five partners, a burst of 300 events, a few seconds. Only
+// promises that hold on any machine are asserted: nothing lost, no
+// advertised rate exceeded, every signature good.
+func TestCanalShort(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bin := filepath.Join(t.TempDir(), "sluice")
+	if err := instance.Build(ctx, ".", bin); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	res, err := Canal(ctx, Options{
+		Sluice: bin, Events: 300, Timeout: 5 * time.Second, Specs: scaledCanal(),
+		ServeArgs: []string{"--retry-base", "50ms", "--retry-cap", "500ms", "--breaker-cooldown", "500ms"},
+		// A loaded test machine delays arrivals unevenly; allow for it.
+		Jitter: 250 * time.Millisecond, Seed: 7, Log: &log,
+	})
+	if err != nil {
+		t.Fatalf("canal: %v\n%s", err, log.String())
+	}
+	var table bytes.Buffer
+	res.Write(&table)
+	delivered := 0
+	for _, r := range res.Rows {
+		delivered += r.Delivered
+		if r.Lost != 0 || r.Violation || r.BadSignatures != 0 || r.Unexpected != 0 {
+			t.Errorf("%s: lost %d (%v), window %d of %d, bad signatures %d, unexpected %d",
+				r.Subscriber, r.Lost, r.LostIDs, r.MaxWindow, r.Limit, r.BadSignatures, r.Unexpected)
+		}
+		if r.Delivered+r.Pending+r.Inflight+r.Dead+r.Lost != r.Expected || r.Expected != 300 {
+			t.Errorf("%s: %+v does not account for 300 events", r.Subscriber, r.Tally)
+		}
+	}
+	if !res.Pass || delivered == 0 {
+		t.Errorf("pass %v, %d delivered in all", res.Pass, delivered)
+	}
+	if t.Failed() {
+		t.Logf("\n%s", table.String())
+	}
+}
+
+// TestLimitedSpecIsTheSeedsPartner pins the cast the issue describes.
+func TestLimitedSpecIsTheSeedsPartner(t *testing.T) {
+	t.Parallel()
+	specs := CanalSpecs()
+	if len(specs) != 5 {
+		t.Fatalf("%d canal subscribers, want 5", len(specs))
+	}
+	p := specs[0].Partner
+	if p.Advertised != (bucket.Rate{PerSecond: 10, Burst: 20}) || !p.Enforce || p.BanAfter == 0 {
+		t.Errorf("partner-dash = %+v, want 10/s burst 20, enforced, banning", p)
+	}
+	if specs[1].Partner.Delay != 2*time.Second {
+		t.Errorf("slack-relay delay %v, want 2s", specs[1].Partner.Delay)
+	}
+}
+
+// TestAccountFindsWhatSluiceDropped drives the accounting against a fake
+// sluice API: an event sluice calls sent that the partner never accepted is
+// lost; one that moved between two listings is found by the second look.
+func TestAccountFindsWhatSluiceDropped(t *testing.T) {
+	t.Parallel()
+	const sub = "p1"
+	listing := map[string][]string{"pending": {"e2"}, "dead": {"e3"}, "inflight": nil}
+	status := map[string]string{"e1": "sent", "e2": "pending", "e3": "dead", "e4": "sent", "e5": "pending"}
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.URL.Path == "/v1/stats":
+			fmt.Fprintf(w, `{"subscribers":[{"subscriber_id":%q,"pending":2,"dead":1,"breaker":"closed"}],"totals":{}}`, sub)
+		case r.URL.Path == "/v1/deliveries":
+			var data []map[string]string
+			for _, id := range listing[r.URL.Query().Get("status")] {
+				data = append(data, map[string]string{"event_id": id, "subscriber_id": sub, "status": r.URL.Query().Get("status")})
+			}
+			json.NewEncoder(w).Encode(map[string]any{"data": data})
+		case strings.HasPrefix(r.URL.Path, "/v1/events/"):
+			id := strings.TrimPrefix(r.URL.Path, "/v1/events/")
+			fmt.Fprintf(w, `{"id":%q,"deliveries":[{"event_id":%q,"subscriber_id":%q,"status":%q}]}`, id, id, sub, status[id])
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(api.Close)
+
+	secret := "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldY"
+	p := partner.New(partner.Config{Name: sub, Secret: secret})
+	body := []byte(`{"id":"e1","type":"video.trending"}`)
+	req := httptest.NewRequest(http.MethodPost, "/hooks/p1", bytes.NewReader(body))
+	s, _ := signature.NewSigner(secret)
+	s.Set(req.Header, "e1", time.Now(), body)
+	p.ServeHTTP(httptest.NewRecorder(), req)
+
+	e := &env{
+		o:        Options{Specs: []Spec{{ID: sub}}},
+		partners: []*partner.Partner{p},
+		client:   &instance.Client{URL: api.URL, Token: "t"},
+	}
+	rows, err := e.account(context.Background(), []string{"e1", "e2", "e3", "e4", "e5"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rows[0]
+	if got.Delivered != 1 || got.Pending != 2 || got.Dead != 1 || got.Lost != 1 || strings.Join(got.LostIDs, ",") != "e4" {
+		t.Errorf("tally %+v; want e1 delivered, e2 and e5 pending, e3 dead, e4 lost", got.Tally)
+	}
+	if got.DeadLetters != 1 || got.Failed() != "1 lost" {
+		t.Errorf("dead letters %d, failed %q; want 1, \"1 lost\"", got.DeadLetters, got.Failed())
+	}
+}
