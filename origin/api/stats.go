@@ -14,7 +14,8 @@ const statsWindow = 5 * time.Minute
 type subscriberStats struct {
 	ID          string     `json:"subscriber_id"`
 	Pending     int        `json:"pending"`
-	Inflight    int        `json:"inflight"`
+	Inflight    int        `json:"inflight"` // claimed: on the wire or queued for a worker
+	Sending     int        `json:"attempts_in_flight"`
 	Sent        int        `json:"sent"`
 	Dead        int        `json:"dead"`
 	Attempts    int        `json:"attempts_5m"`
@@ -37,7 +38,7 @@ func (s *Server) stats(c echo.Context) error {
 	var okTotal int
 	subs := make([]subscriberStats, 0, len(snap))
 	for id, sn := range snap {
-		row := subscriberStats{ID: id, Breaker: string(sn.Breaker.State), Tokens: sn.Tokens}
+		row := subscriberStats{ID: id, Breaker: string(sn.Breaker.State), Tokens: sn.Tokens, Sending: sn.Inflight}
 		if row.Breaker == "" {
 			row.Breaker = "closed"
 		}
