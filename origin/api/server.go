@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/origin/delivery"
 	"github.com/sluice-dev/sluice/origin/egress"
 	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/origin/statuspage"
 )
 
 // Dispatcher is what the API tells about changes, so deliveries start at
@@ -76,8 +77,15 @@ func New(cfg Config) *echo.Echo {
 	e.JSONSerializer = compactJSON{}
 
 	e.GET("/healthz", s.healthz)
+	e.GET("/openapi.json", s.openAPI)
 	if cfg.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
+	}
+	// The status page is a static shell and needs no token to load; its
+	// script sends the token to /v1/stats like any other client.
+	page := echo.WrapHandler(statuspage.Handler())
+	for _, p := range statuspage.Routes() {
+		e.GET(p, page)
 	}
 	// Middleware per route rather than on a group: a group with middleware
 	// answers every unmatched method under it with 404 instead of 405.

@@ -25,6 +25,15 @@ type subscriberStats struct {
 	Breaker     string     `json:"breaker"`
 	PausedUntil *time.Time `json:"paused_until"`
 	Tokens      float64    `json:"tokens"`
+	Rate        rateView   `json:"rate"`
+	Paused      bool       `json:"paused"` // by the operator
+}
+
+// rateView is the allowed rate, so a dashboard need not read subscribers
+// (whose answers carry secrets) to compare current and allowed.
+type rateView struct {
+	PerSecond float64 `json:"per_second"`
+	Burst     float64 `json:"burst"`
 }
 
 func (s *Server) stats(c echo.Context) error {
@@ -38,7 +47,8 @@ func (s *Server) stats(c echo.Context) error {
 	var okTotal int
 	subs := make([]subscriberStats, 0, len(snap))
 	for id, sn := range snap {
-		row := subscriberStats{ID: id, Breaker: string(sn.Breaker.State), Tokens: sn.Tokens, Sending: sn.Inflight}
+		row := subscriberStats{ID: id, Breaker: string(sn.Breaker.State), Tokens: sn.Tokens, Sending: sn.Inflight,
+			Rate: rateView{sn.Rate.PerSecond, sn.Rate.Burst}, Paused: sn.Paused}
 		if row.Breaker == "" {
 			row.Breaker = "closed"
 		}

@@ -630,6 +630,8 @@ func (d *Dispatcher) persistState(s *sub) { d.dirty[s.cfg.ID] = struct{}{} }
 
 // SubscriberSnapshot is the dispatcher's view of one subscriber now.
 type SubscriberSnapshot struct {
+	Rate        ledger.Rate
+	Paused      bool // by the operator
 	Breaker     breaker.Breaker
 	PausedUntil time.Time
 	Tokens      float64
@@ -644,6 +646,8 @@ func (d *Dispatcher) Snapshot() map[string]SubscriberSnapshot {
 	out := make(map[string]SubscriberSnapshot, len(d.subs))
 	for id, s := range d.subs {
 		out[id] = SubscriberSnapshot{
+			Rate:        s.cfg.Rate,
+			Paused:      s.cfg.Paused,
 			Breaker:     s.cfg.Breaker,
 			PausedUntil: s.cfg.PausedUntil,
 			Tokens:      bucket.Refill(s.bucket, s.cfg.Rate.Bucket(), now).Tokens,

@@ -1,0 +1,170 @@
+package statuspage_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/origin/api"
+	"github.com/sluice-dev/sluice/origin/delivery"
+	"github.com/sluice-dev/sluice/origin/egress"
+	"github.com/sluice-dev/sluice/origin/ledger"
+)
+
+const testToken = "status-token-0123456789"
+
+// waitLimit bounds every wait for an asynchronous delivery.
+const waitLimit = 15 * time.Second
+
+// bundle is one real sluice origin: ledger file, running dispatcher, API on
+// 127.0.0.1.
+type bundle struct {
+	ledger *ledger.Ledger
+	disp   *delivery.Dispatcher
+	api    http.Handler
+	srv    *httptest.Server
+
+	mu sync.Mutex
+	// beforeStats, when set, runs before each GET /v1/stats is answered.
+	beforeStats func()
+}
+
+// setup builds a fresh bundle, as origin/api's tests do.
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	l, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "sluice.db"), ledger.Options{})
+	if err != nil {
+		t.Fatalf("open ledger: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("close ledger: %v", err)
+		}
+	})
+
+	disp := delivery.New(l, delivery.Config{
+		Client:       egress.Policy{AllowPrivate: true}.Client(),
+		DrainTimeout: 5 * time.Second,
+		Logger:       log,
+	})
+	if err := disp.Load(ctx); err != nil {
+		t.Fatalf("load dispatcher: %v", err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- disp.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-runErr:
+			if err != nil {
+				t.Errorf("dispatcher Run: %v", err)
+			}
+		case <-time.After(waitLimit):
+			t.Errorf("dispatcher Run did not return within %s of cancel", waitLimit)
+		}
+	})
+
+	b := &bundle{ledger: l, disp: disp}
+	b.api = api.New(api.Config{
+		Ledger:     l,
+		Dispatcher: disp,
+		Egress:     egress.Policy{AllowPrivate: true},
+		Token:      testToken,
+		Logger:     log,
+	})
+	b.srv = httptest.NewServer(http.HandlerFunc(b.serve))
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+func (b *bundle) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/stats" {
+		b.mu.Lock()
+		hook := b.beforeStats
+		b.mu.Unlock()
+		if hook != nil {
+			hook()
+		}
+	}
+	b.api.ServeHTTP(w, r)
+}
+
+// setBeforeStats installs (or, with nil, removes) the stats hook.
+func (b *bundle) setBeforeStats(f func()) {
+	b.mu.Lock()
+	b.beforeStats = f
+	b.mu.Unlock()
+}
+
+// response is an answer, read whole.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// get sends a GET with the given headers (no token unless given).
+func (b *bundle) get(t *testing.T, path string, hdr map[string]string) response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, b.srv.URL+path, nil)
+	if err != nil {
+		t.Fatalf("build GET %s: %v", path, err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	return b.send(t, req)
+}
+
+func (b *bundle) send(t *testing.T, req *http.Request) response {
+	t.Helper()
+	resp, err := b.srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", req.Method, req.URL.Path, err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: raw}
+}
+
+// do sends an API request with the token, asserts the status and decodes
+// the JSON answer into out (when out is not nil).
+func (b *bundle) do(t *testing.T, method, path, body string, want int, out any) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, b.srv.URL+path, rd)
+	if err != nil {
+		t.Fatalf("build %s %s: %v", method, path, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	r := b.send(t, req)
+	if r.status != want {
+		t.Fatalf("%s %s: status %d, want %d; body: %s", method, path, r.status, want, r.body)
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.body, out); err != nil {
+			t.Fatalf("%s %s: decode %s: %v", method, path, r.body, err)
+		}
+	}
+}
