@@ -29,3 +29,36 @@ bench: ## origin throughput and latency benchmarks (one run each; compare ratios
 
 clean:
 	rm -rf bin
+
+# The load and chaos harness (loadtest/): the seed's canal burst through a real sluice.
+.PHONY: demo bench-canal
+
+DEMO_TIMEOUT     ?= 60s
+BENCH_CANAL_JSON ?= bin/bench-canal.json
+
+demo: build ## the seed's canal burst through sluice with live per-subscriber progress, then the table (~1 min)
+	$(GO) build -o bin/loadtest ./loadtest
+	bin/loadtest scenario canal --sluice $(BIN) --live --timeout $(DEMO_TIMEOUT)
+
+bench-canal: build ## the canal scenario and the seed's naive loop in the same run: both tables, and JSON
+	$(GO) build -o bin/loadtest ./loadtest
+	bin/loadtest scenario canal --sluice $(BIN) --naive --json $(BENCH_CANAL_JSON)
+
+# --- container image (Dockerfile): FROM scratch, built offline with buildah -------
+# Needs root and Debian's buildah. Containers cannot run on the build machines:
+# scripts/image-check inspects the config and runs the entrypoint under chroot.
+.PHONY: image
+
+IMAGE       ?= sluice:latest
+BUILDAH     ?= buildah --storage-driver vfs
+IMAGE_STAGE := build/image
+
+image: build ## build the origin's image $(IMAGE) with buildah (offline, FROM scratch), then check it
+	rm -rf $(IMAGE_STAGE)
+	mkdir -p $(IMAGE_STAGE)/rootfs/etc/ssl/certs $(IMAGE_STAGE)/rootfs/tmp $(IMAGE_STAGE)/data
+	chmod 1777 $(IMAGE_STAGE)/rootfs/tmp
+	cp /etc/ssl/certs/ca-certificates.crt $(IMAGE_STAGE)/rootfs/etc/ssl/certs/
+	printf 'root:x:0:0:root:/root:/sbin/nologin\nsluice:x:65532:65532:sluice:/data:/sbin/nologin\n' >$(IMAGE_STAGE)/rootfs/etc/passwd
+	printf 'root:x:0:\nsluice:x:65532:\n' >$(IMAGE_STAGE)/rootfs/etc/group
+	$(BUILDAH) build --format docker --isolation chroot --pull=never --build-arg VERSION=$(VERSION) -t $(IMAGE) -f Dockerfile .
+	BUILDAH='$(BUILDAH)' scripts/image-check $(IMAGE)
