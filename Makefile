@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 DB      ?= ./data/sluice.db
 
-.PHONY: build run test vet fmt-check bench clean
+.PHONY: build run test test-go test-deps vet fmt-check bench clean
 
 build: ## build the origin binary into bin/sluice (static, no cgo)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./origin/cmd/sluice
@@ -14,11 +14,19 @@ build: ## build the origin binary into bin/sluice (static, no cgo)
 run: build ## build and serve on the embedded default (SQLite at ./data/sluice.db)
 	$(BIN) serve --db $(DB)
 
-test: fmt-check vet ## everything CI checks
+test: test-go test-deps ## everything CI checks: Go tests, the status page in Chromium, the image
+	$(GO) test -count=1 -tags chromium -run Chromium ./origin/statuspage/
+	$(MAKE) --no-print-directory image
+
+test-go: fmt-check vet ## the Go tests alone (no browser, no image; the quick loop)
 	$(GO) test -count=1 ./...
+
+test-deps: ## install chromium and buildah when missing (Debian, as root)
+	scripts/test-deps
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags chromium ./origin/statuspage/
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
