@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
+	github.com/syumai/workers v0.33.0
 	modernc.org/sqlite v1.62.0
 )
 
@@ -24,7 +25,6 @@ require (
 	github.com/prometheus/common v0.73.1 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/syumai/workers v0.33.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasttemplate v1.2.2 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
