@@ -38,6 +38,33 @@ bench: ## origin throughput and latency benchmarks (one run each; compare ratios
 clean:
 	rm -rf bin
 
+# --- edge: the Worker (edge/, wrangler.toml, package.json) ---------------------
+# The integration tests and edge-dev need `npm ci` (wrangler, miniflare) first.
+
+EDGE_OUT      := build/edge
+EDGE_MAX_GZIP := 2097152
+
+.PHONY: edge edge-dev edge-test bench-edge
+
+edge: ## build the Worker into build/edge: app.wasm (Go, js/wasm), wasm_exec.js, worker.mjs
+	@mkdir -p $(EDGE_OUT)
+	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags '-s -w' -o $(EDGE_OUT)/app.wasm ./edge
+	cp "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" edge/worker.mjs $(EDGE_OUT)/
+	@raw=$$(wc -c < $(EDGE_OUT)/app.wasm); gz=$$(gzip -9 -c $(EDGE_OUT)/app.wasm | wc -c); \
+	echo "edge: app.wasm $$raw bytes, $$gz gzipped (limit $(EDGE_MAX_GZIP))"; \
+	if [ "$$gz" -gt $(EDGE_MAX_GZIP) ]; then echo "edge: app.wasm is over 2 MiB gzipped" >&2; exit 1; fi
+
+edge-dev: ## serve the Worker in workerd on 127.0.0.1:$${EDGE_PORT:-8787}, secret from SLUICE_EDGE_SECRET
+	scripts/edge-dev
+
+edge-test: edge ## host tests, a wrangler deploy dry run, then the Worker in real workerd (needs npm ci)
+	$(GO) test -count=1 ./edge/... ./shared/edgewire/...
+	@out=$$(mktemp -d); scripts/wrangler deploy --dry-run --outdir "$$out"; rc=$$?; rm -rf "$$out"; exit $$rc
+	$(GO) test -count=1 -tags edge -v ./edge/
+
+bench-edge: edge ## Worker + Durable Object overhead in local workerd, printed as a table
+	$(GO) test -count=1 -tags edge -run '^$$' -bench . -benchtime 1x ./edge/
+
 # The load and chaos harness (loadtest/): the seed's canal burst through a real sluice.
 .PHONY: demo bench-canal
 
