@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -56,16 +55,7 @@ func (d *Dispatcher) attempt(ctx context.Context, s ledger.Subscriber, signer *s
 		a.Error = describe(r.err, time.Duration(s.TimeoutMS)*time.Millisecond)
 	}
 	results := d.settle(s.ID, c, a, r.retryAfter, end)
-	sent := results[0].Status == ledger.StatusSent
-	if d.cfg.Observer != nil {
-		d.cfg.Observer.ObserveAttempt(s.ID, a.Lane, sent, end.Sub(c.CreatedAt))
-	}
-	lvl := slog.LevelDebug
-	if !sent {
-		lvl = slog.LevelInfo
-	}
-	d.cfg.Logger.Log(ctx, lvl, "attempt", "delivery_id", c.ID(), "subscriber_id", s.ID, "lane", a.Lane,
-		"attempt", a.Number, "status", a.StatusCode, "duration_ms", a.DurationMS, "outcome", results[0].Status, "error", a.Error)
+	d.observe(ctx, s.ID, c, a, results[0], end)
 	d.release(results)
 }
 

@@ -42,6 +42,9 @@ type Config struct {
 	Logger *slog.Logger   // default slog.Default()
 	// Observer, if set, hears every attempt's outcome (metrics).
 	Observer Observer
+	// Edge, if set, delivers events of EdgeTypes through the edge Worker.
+	Edge      EdgeLane
+	EdgeTypes []string
 }
 
 // Observer hears attempt outcomes as they settle.
@@ -118,17 +121,24 @@ type Dispatcher struct {
 	unsettled atomic.Int64
 	poked     atomic.Bool // a wake-up was sent that the loop has not acted on
 	admits    sync.WaitGroup
+	edge      edgeHealth
 }
 
 // sub is one subscriber's sending state.
 type sub struct {
 	cfg      ledger.Subscriber
 	signer   *signature.Signer
-	signerAt time.Time // the signer was built for the secrets valid then
-	bucket   bucket.State
+	signerAt time.Time    // the signer was built for the secrets valid then
+	bucket   bucket.State // the origin lane's
 	inflight int
-	queue    []ledger.Claimed // claimed, waiting for a worker; each has a token reserved
-	admitted int              // reserved by Admit, not yet handed off
+
+	// The edge lane: the origin paces itself with its own copy of the
+	// Worker's bucket so that deferrals stay rare; the Worker's is the truth.
+	edgeBucket           bucket.State
+	originRate, edgeRate bucket.Rate
+	usesEdge, usesOrigin bool
+	queue                []ledger.Claimed // claimed, waiting for a worker; each has a token reserved
+	admitted             int              // reserved by Admit, not yet handed off
 
 	hasWork  bool      // pending deliveries may exist
 	due      time.Time // earliest known due time of those
@@ -171,6 +181,7 @@ func (d *Dispatcher) Load(ctx context.Context) error {
 	for _, s := range all {
 		d.upsertLocked(s, now)
 		d.subs[s.ID].bucket = bucket.Empty(now)
+		d.subs[s.ID].edgeBucket = bucket.Empty(now)
 		d.subs[s.ID].hasWork = true
 	}
 	return nil
@@ -191,7 +202,6 @@ func (d *Dispatcher) upsertLocked(s ledger.Subscriber, now time.Time) {
 	st, ok := d.subs[s.ID]
 	if !ok {
 		st = &sub{}
-		st.bucket = bucket.Full(s.Rate.Bucket(), now)
 		d.subs[s.ID] = st
 		d.order = append(d.order, s.ID)
 	} else {
@@ -201,6 +211,10 @@ func (d *Dispatcher) upsertLocked(s ledger.Subscriber, now time.Time) {
 	}
 	st.cfg = s
 	st.signer = nil
+	d.lanes(st)
+	if !ok {
+		st.bucket, st.edgeBucket = bucket.Full(st.originRate, now), bucket.Full(st.edgeRate, now)
+	}
 }
 
 // Remove forgets a deleted subscriber.
@@ -354,6 +368,7 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 			first = t
 		}
 	}
+	d.dispatchLocked(now) // queued deliveries whose tokens have come
 	n := len(d.order)
 	for i := range n {
 		id := d.order[(d.next+i)%n]
@@ -375,11 +390,13 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 			continue
 		}
 		room := d.roomLocked(s, limit)
-		rate := s.cfg.Rate.Bucket()
-		tokens := bucket.Available(s.bucket, rate, now) - len(s.queue) - s.admitted
+		if w := d.headWaitLocked(s, now); w > 0 {
+			wakeAt(now.Add(w)) // the queue waits for a token, not a worker
+		}
+		tokens, wait := d.tokensLocked(s, now)
 		if tokens <= 0 {
 			if len(s.queue) == 0 && s.admitted == 0 {
-				wakeAt(now.Add(bucket.Wait(s.bucket, rate, now)))
+				wakeAt(now.Add(wait))
 			}
 			continue // else a finishing attempt wakes the loop
 		}
@@ -427,7 +444,7 @@ func (d *Dispatcher) Admit(subscriberID string, n int, now time.Time) (int, time
 	if limit < d.cfg.PerSubscriber {
 		return 0, time.Time{} // breaker open or probing
 	}
-	tokens := bucket.Available(s.bucket, s.cfg.Rate.Bucket(), now) - len(s.queue) - s.admitted
+	tokens, _ := d.tokensLocked(s, now)
 	a := max(0, min(n, tokens, d.roomLocked(s, limit)))
 	s.admitted += a
 	d.admits.Add(a)
@@ -549,16 +566,20 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			if limit, _ := d.limitLocked(s, now); s.inflight >= limit {
 				continue
 			}
-			var ok bool
-			if s.bucket, ok = bucket.Take(s.bucket, s.cfg.Rate.Bucket(), now, 1); !ok {
-				continue // reserved tokens cannot run out; a lowered rate can
-			}
 			c := s.queue[0]
+			lane := d.laneLocked(s, &c, now)
+			if !d.takeLocked(s, lane, now) {
+				continue // this lane's token is not there yet; plan wakes the loop for it
+			}
 			s.queue = s.queue[1:]
 			s.inflight++
 			d.free--
 			d.running.Add(1)
-			go d.attempt(d.attemptCtx, s.cfg, d.signerLocked(s, now), c)
+			if lane == ledger.LaneEdge {
+				go d.viaEdge(d.attemptCtx, s.cfg, d.signerLocked(s, now), c, s.edgeRate)
+			} else {
+				go d.attempt(d.attemptCtx, s.cfg, d.signerLocked(s, now), c)
+			}
 			progress = true
 		}
 	}
@@ -596,7 +617,7 @@ func (d *Dispatcher) holdLocked(s *sub, now time.Time) []ledger.Result {
 func releases(cs []ledger.Claimed, at time.Time) []ledger.Result {
 	out := make([]ledger.Result, len(cs))
 	for i, c := range cs {
-		out[i] = ledger.Result{Seq: c.Seq, SubscriberID: c.SubscriberID, Released: true, NextAttemptAt: at}
+		out[i] = ledger.Result{Seq: c.Seq, SubscriberID: c.SubscriberID, Status: ledger.StatusPending, Released: true, NextAttemptAt: at}
 	}
 	return out
 }
@@ -650,7 +671,7 @@ func (d *Dispatcher) Snapshot() map[string]SubscriberSnapshot {
 			Paused:      s.cfg.Paused,
 			Breaker:     s.cfg.Breaker,
 			PausedUntil: s.cfg.PausedUntil,
-			Tokens:      bucket.Refill(s.bucket, s.cfg.Rate.Bucket(), now).Tokens,
+			Tokens:      bucket.Refill(s.bucket, s.originRate, now).Tokens,
 			Inflight:    s.inflight,
 		}
 	}

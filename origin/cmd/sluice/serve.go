@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/origin/api"
 	"github.com/sluice-dev/sluice/origin/breaker"
 	"github.com/sluice-dev/sluice/origin/delivery"
+	"github.com/sluice-dev/sluice/origin/edgeclient"
 	"github.com/sluice-dev/sluice/origin/egress"
 	"github.com/sluice-dev/sluice/origin/ledger"
 	"github.com/sluice-dev/sluice/origin/metrics"
@@ -118,15 +119,28 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
+	var edge delivery.EdgeLane
+	var edgeTypes []string
 	if c.edgeURL != "" {
-		log.Warn("the edge lane is not available in this build; every event goes through the origin lane",
-			"edge_types", c.edgeTypes)
+		ec, err := edgeclient.New(c.edgeURL, c.edgeSecret, nil, nil)
+		if err != nil {
+			return fmt.Errorf("--edge-url/--edge-secret: %w: %w", err, errUsage)
+		}
+		edge = ec
+		for _, t := range strings.Split(c.edgeTypes, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				edgeTypes = append(edgeTypes, t)
+			}
+		}
+		log.Info("edge lane on", "edge_types", strings.Join(edgeTypes, ","))
 	}
 
 	policy := egress.Policy{AllowPrivate: c.allowPrivate}
 	m := metrics.New()
 	disp := delivery.New(l, delivery.Config{
 		Observer:     m,
+		Edge:         edge,
+		EdgeTypes:    edgeTypes,
 		Workers:      c.workers,
 		RetryBase:    c.retryBase,
 		RetryCap:     c.retryCap,

@@ -1,0 +1,215 @@
+package delivery
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/shared/bucket"
+	"github.com/sluice-dev/sluice/shared/edgewire"
+	"github.com/sluice-dev/sluice/shared/event"
+	"github.com/sluice-dev/sluice/shared/signature"
+)
+
+// EdgeLane sends one attempt through the edge Worker. deferFor > 0 means the
+// Worker's bucket was empty and nothing was sent; an error means the lane
+// itself failed and the subscriber was not called.
+type EdgeLane interface {
+	Deliver(ctx context.Context, req edgewire.DeliverRequest) (deferFor time.Duration, res edgewire.Result, err error)
+}
+
+// Edge-lane health: after edgeFailLimit consecutive lane failures the origin
+// delivers edge types itself for a while, doubling from edgeDownMin to
+// edgeDownMax while the Worker keeps failing.
+const (
+	edgeFailLimit = 3
+	edgeDownMin   = time.Second
+	edgeDownMax   = 30 * time.Second
+)
+
+// edgeHealth is the dispatcher's view of the Worker, guarded by d.mu.
+type edgeHealth struct {
+	failures  int       // consecutive lane failures
+	downs     int       // consecutive times it was taken out of use
+	downUntil time.Time // the origin lane serves edge types until then
+}
+
+// lanes sets how a subscriber's rate is split. One whose types all go
+// through the edge has its whole rate there, one whose types all stay at the
+// origin has it all at the origin, and one that can receive both has it
+// split by edge_share so that the sum never exceeds it. The origin bucket of
+// an edge-only subscriber keeps the whole rate for when the lane is down.
+func (d *Dispatcher) lanes(s *sub) {
+	s.usesEdge, s.usesOrigin = false, len(d.cfg.EdgeTypes) == 0
+	if len(d.cfg.EdgeTypes) > 0 {
+		for _, t := range d.cfg.EdgeTypes {
+			if event.MatchType(s.cfg.EventTypes, t) {
+				s.usesEdge = true
+			}
+		}
+		for _, p := range s.cfg.EventTypes {
+			if !event.MatchType(d.cfg.EdgeTypes, p) { // "*", a prefix, or a type kept at the origin
+				s.usesOrigin = true
+			}
+		}
+	}
+	full := s.cfg.Rate.Bucket()
+	s.originRate, s.edgeRate = full, full
+	if s.usesEdge && s.usesOrigin {
+		share := s.cfg.Rate.EdgeShare
+		s.originRate, s.edgeRate = full.Scale(1-share), full.Scale(share)
+	}
+}
+
+// laneLocked picks the lane for a delivery at now.
+func (d *Dispatcher) laneLocked(s *sub, c *ledger.Claimed, now time.Time) ledger.Lane {
+	if d.cfg.Edge == nil || !s.usesEdge || d.edge.downUntil.After(now) || !event.MatchType(d.cfg.EdgeTypes, c.EventType) {
+		return ledger.LaneOrigin
+	}
+	return ledger.LaneEdge
+}
+
+// takeLocked spends a token of the lane's bucket.
+func (d *Dispatcher) takeLocked(s *sub, lane ledger.Lane, now time.Time) bool {
+	var ok bool
+	if lane == ledger.LaneEdge {
+		s.edgeBucket, ok = bucket.Take(s.edgeBucket, s.edgeRate, now, 1)
+	} else {
+		s.bucket, ok = bucket.Take(s.bucket, s.originRate, now, 1)
+	}
+	return ok
+}
+
+// tokensLocked is how many deliveries a subscriber's buckets could pay for
+// now beyond what it already holds, and how long until one more if none.
+func (d *Dispatcher) tokensLocked(s *sub, now time.Time) (int, time.Duration) {
+	n := bucket.Available(s.bucket, s.originRate, now)
+	wait := bucket.Wait(s.bucket, s.originRate, now)
+	if d.cfg.Edge != nil && s.usesEdge && !d.edge.downUntil.After(now) {
+		n += bucket.Available(s.edgeBucket, s.edgeRate, now)
+		wait = min(wait, bucket.Wait(s.edgeBucket, s.edgeRate, now))
+	}
+	return n - len(s.queue) - s.admitted, wait
+}
+
+// headWaitLocked is how long until the first queued delivery's lane has a
+// token (0 when it has one or the queue is empty).
+func (d *Dispatcher) headWaitLocked(s *sub, now time.Time) time.Duration {
+	if len(s.queue) == 0 {
+		return 0
+	}
+	if d.laneLocked(s, &s.queue[0], now) == ledger.LaneEdge {
+		return bucket.Wait(s.edgeBucket, s.edgeRate, now)
+	}
+	return bucket.Wait(s.bucket, s.originRate, now)
+}
+
+// viaEdge makes one attempt through the edge Worker.
+func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *signature.Signer, c ledger.Claimed, rate bucket.Rate) {
+	defer d.running.Done()
+	start := d.cfg.Clock.Now()
+	h := http.Header{}
+	signer.Set(h, c.EventID, start, c.Body)
+	headers := map[string]string{"content-type": "application/json", "user-agent": d.cfg.UserAgent}
+	for _, k := range []string{signature.HeaderID, signature.HeaderTimestamp, signature.HeaderSignature} {
+		headers[k] = h.Get(k)
+	}
+	deferFor, res, err := d.cfg.Edge.Deliver(ctx, edgewire.DeliverRequest{
+		DeliveryID: c.ID(), SubscriberID: s.ID, URL: s.URL, Headers: headers, Body: string(c.Body),
+		Rate: rate, TimeoutMS: int64(s.TimeoutMS),
+	})
+	if err != nil && ctx.Err() != nil {
+		d.abandon(s.ID)
+		d.unsettled.Add(-1)
+		return
+	}
+	end := d.cfg.Clock.Now()
+	switch {
+	case err != nil:
+		// The lane failed, not the subscriber: nothing is charged, and the
+		// delivery goes straight back (to the origin lane if the Worker is
+		// now out of use).
+		d.cfg.Logger.Warn("edge lane failed", "delivery_id", c.ID(), "subscriber_id", s.ID, "err", err)
+		d.release(d.settleLane(s.ID, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: end}, end, false))
+	case deferFor > 0:
+		// The Worker's bucket was empty: reschedule without an attempt, and
+		// take the Worker's word for when its next token comes.
+		if o, ok := d.cfg.Observer.(interface{ ObserveDeferral(string) }); ok {
+			o.ObserveDeferral(s.ID)
+		}
+		d.release(d.settleLane(s.ID, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, NextAttemptAt: end.Add(deferFor)}, end, true))
+	default:
+		a := &ledger.Attempt{
+			Number: c.Attempts + 1, At: start, Lane: ledger.LaneEdge,
+			StatusCode: res.Status, Error: res.Error, DurationMS: res.DurationMS,
+		}
+		retryAfter := ""
+		if res.RetryAfterS != nil {
+			retryAfter = strconv.FormatInt(*res.RetryAfterS, 10)
+		}
+		d.edgeAnswered()
+		results := d.settle(s.ID, c, a, retryAfter, end)
+		d.observe(ctx, s.ID, c, a, results[0], end)
+		d.release(results)
+	}
+}
+
+// settleLane frees the worker of an edge attempt that was not an attempt
+// (a deferral, or a lane failure) and notes what it says about the Worker.
+func (d *Dispatcher) settleLane(subID string, res ledger.Result, now time.Time, answered bool) []ledger.Result {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer d.poke()
+	d.free++
+	out := []ledger.Result{res}
+	if s, ok := d.subs[subID]; ok {
+		s.inflight--
+		if answered && res.NextAttemptAt.After(now) {
+			// An empty bucket until the Worker said: Refill waits for the clock.
+			s.edgeBucket = bucket.State{Last: res.NextAttemptAt}
+		}
+		out = append(out, d.holdLocked(s, now)...)
+	}
+	if answered {
+		d.edge.failures, d.edge.downs = 0, 0
+	} else if d.edge.failures++; d.edge.failures >= edgeFailLimit {
+		down := min(edgeDownMin<<min(d.edge.downs, 10), edgeDownMax)
+		d.edge.downs++
+		d.edge.failures = 0
+		d.edge.downUntil = now.Add(down)
+		d.cfg.Logger.Warn("edge lane out of use; delivering edge types through the origin", "for", down.String())
+		// The origin lane takes over edge-only subscribers from an empty
+		// bucket, so it cannot add a burst to what the edge just sent.
+		for _, s := range d.subs {
+			if s.usesEdge && !s.usesOrigin {
+				s.bucket = bucket.Empty(now)
+			}
+		}
+	}
+	d.dispatchLocked(now)
+	return out
+}
+
+// edgeAnswered notes a Worker that answered.
+func (d *Dispatcher) edgeAnswered() {
+	d.mu.Lock()
+	d.edge.failures, d.edge.downs = 0, 0
+	d.mu.Unlock()
+}
+
+// observe reports an attempt to the observer and the log.
+func (d *Dispatcher) observe(ctx context.Context, subID string, c ledger.Claimed, a *ledger.Attempt, res ledger.Result, end time.Time) {
+	sent := res.Status == ledger.StatusSent
+	if d.cfg.Observer != nil {
+		d.cfg.Observer.ObserveAttempt(subID, a.Lane, sent, end.Sub(c.CreatedAt))
+	}
+	lvl := slog.LevelDebug
+	if !sent {
+		lvl = slog.LevelInfo
+	}
+	d.cfg.Logger.Log(ctx, lvl, "attempt", "delivery_id", c.ID(), "subscriber_id", subID, "lane", a.Lane,
+		"attempt", a.Number, "status", a.StatusCode, "duration_ms", a.DurationMS, "outcome", res.Status, "error", a.Error)
+}

@@ -1,0 +1,111 @@
+// Package edgeclient is the origin's side of the edge lane: it signs one
+// attempt with the origin↔edge secret, sends it to the Worker, and reads the
+// Worker's answer. Any failure of the lane itself (unreachable, refused,
+// garbled) is ErrLane: the subscriber was not called and must not be
+// charged.
+package edgeclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/shared/edgewire"
+	"github.com/sluice-dev/sluice/shared/signature"
+)
+
+// ErrLane wraps every failure of the edge lane itself.
+var ErrLane = errors.New("edge lane failed")
+
+// margin is how much longer than the subscriber's timeout the origin waits
+// for the Worker, which adds its own Durable Object round trip.
+const margin = 5 * time.Second
+
+// Client sends attempts through one Worker.
+type Client struct {
+	deliverURL string
+	signer     *signature.Signer
+	http       *http.Client
+	now        func() time.Time
+}
+
+// New returns a client for the Worker at edgeURL, signing with secret
+// (whsec_…). A nil hc gets a client tuned for many concurrent attempts; now
+// nil is time.Now.
+func New(edgeURL, secret string, hc *http.Client, now func() time.Time) (*Client, error) {
+	signer, err := signature.NewSigner(secret)
+	if err != nil {
+		return nil, fmt.Errorf("edge secret: %w", err)
+	}
+	if !strings.HasPrefix(edgeURL, "http://") && !strings.HasPrefix(edgeURL, "https://") {
+		return nil, errors.New("edge url must be an http or https URL")
+	}
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{
+			MaxIdleConns: 512, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second,
+			ForceAttemptHTTP2: true,
+		}}
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Client{deliverURL: strings.TrimSuffix(edgeURL, "/") + edgewire.DeliverPath, signer: signer, http: hc, now: now}, nil
+}
+
+// Deliver sends one attempt. It returns deferFor > 0 when the Worker's
+// bucket for the subscriber was empty (202: nothing was sent), or the
+// subscriber's result (200).
+func (c *Client) Deliver(ctx context.Context, req edgewire.DeliverRequest) (deferFor time.Duration, res edgewire.Result, err error) {
+	if err := req.Validate(); err != nil {
+		return 0, res, fmt.Errorf("%w: %w", ErrLane, err)
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return 0, res, fmt.Errorf("%w: %w", ErrLane, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(req.Timeout())*time.Millisecond+margin)
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.deliverURL, bytes.NewReader(body))
+	if err != nil {
+		return 0, res, fmt.Errorf("%w: %w", ErrLane, err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	c.signer.Set(hr.Header, req.DeliveryID, c.now(), body)
+	resp, err := c.http.Do(hr)
+	if err != nil {
+		var ue interface{ Unwrap() error }
+		if errors.As(err, &ue) {
+			err = ue.Unwrap() // drop the URL
+		}
+		return 0, res, fmt.Errorf("%w: %w", ErrLane, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return 0, res, fmt.Errorf("%w: reading the answer: %w", ErrLane, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusAccepted:
+		var d edgewire.Deferred
+		if err := json.Unmarshal(raw, &d); err != nil || !d.Deferred {
+			return 0, res, fmt.Errorf("%w: unreadable deferral", ErrLane)
+		}
+		return max(time.Duration(d.RetryInMS)*time.Millisecond, time.Millisecond), res, nil
+	case http.StatusOK:
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return 0, res, fmt.Errorf("%w: unreadable result", ErrLane)
+		}
+		return 0, res, nil
+	}
+	var e edgewire.Error
+	if json.Unmarshal(raw, &e) == nil && e.Error.Code != "" {
+		return 0, res, fmt.Errorf("%w: worker answered %d %s", ErrLane, resp.StatusCode, e.Error.Code)
+	}
+	return 0, res, fmt.Errorf("%w: worker answered %d", ErrLane, resp.StatusCode)
+}

@@ -1,0 +1,68 @@
+package edgeclient
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sluice-dev/sluice/edge/worker"
+	"github.com/sluice-dev/sluice/shared/bucket"
+	"github.com/sluice-dev/sluice/shared/edgewire"
+)
+
+const secret = "whsec_ZWRnZS1zZWNyZXQtZm9yLXRlc3RzLW9ubHktMzI="
+
+type oneToken struct{ used atomic.Bool }
+
+func (o *oneToken) Take(context.Context, string, bucket.Rate) (worker.Grant, error) {
+	if o.used.Swap(true) {
+		return worker.Grant{RetryIn: 1500}, nil // 1.5 µs: rounds up to 1 ms
+	}
+	return worker.Grant{OK: true}, nil
+}
+
+func TestDeliverReadsEachAnswerOfTheWorker(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	sub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Retry-After", "7")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer sub.Close()
+	edge := httptest.NewServer(worker.Handler(worker.Config{Secrets: []string{secret}, Buckets: &oneToken{}, Client: http.DefaultClient}))
+	defer edge.Close()
+	req := edgewire.DeliverRequest{DeliveryID: "dlv_1", SubscriberID: "s", URL: sub.URL, Body: `{}`,
+		Headers: map[string]string{"content-type": "application/json"}, Rate: bucket.Rate{PerSecond: 1, Burst: 1}}
+
+	c, err := New(edge.URL, secret, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deferFor, res, err := c.Deliver(context.Background(), req)
+	if err != nil || deferFor != 0 || res.Status != http.StatusTooManyRequests || res.RetryAfterS == nil || *res.RetryAfterS != 7 {
+		t.Fatalf("first answer = %v, %+v, %v; want the subscriber's 429 with Retry-After 7", deferFor, res, err)
+	}
+	if deferFor, _, err = c.Deliver(context.Background(), req); err != nil || deferFor <= 0 {
+		t.Fatalf("second answer = %v, %v; want a deferral", deferFor, err)
+	}
+
+	wrong, _ := New(edge.URL, "whsec_d3Jvbmctc2VjcmV0LXdyb25nLXNlY3JldC0zMg==", nil, nil)
+	if _, _, err := wrong.Deliver(context.Background(), req); !errors.Is(err, ErrLane) {
+		t.Fatalf("mis-signed request: %v, want ErrLane", err)
+	}
+	bad := req
+	bad.URL = "ftp://example.invalid/"
+	if _, _, err := c.Deliver(context.Background(), bad); !errors.Is(err, ErrLane) || !errors.Is(err, edgewire.ErrInvalid) {
+		t.Fatalf("invalid request: %v, want ErrLane wrapping edgewire.ErrInvalid", err)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("the subscriber was called %d times, want once (deferred, mis-signed and invalid calls reach no one)", n)
+	}
+	if _, err := New("127.0.0.1:8787", secret, nil, nil); err == nil {
+		t.Fatal("an edge URL without a scheme was accepted")
+	}
+}
