@@ -14,19 +14,22 @@ build: ## build the origin binary into bin/sluice (static, no cgo)
 run: build ## build and serve on the embedded default (SQLite at ./data/sluice.db)
 	$(BIN) serve --db $(DB)
 
-test: test-go test-deps ## everything CI checks: Go tests, the status page in Chromium, the image
+test: test-go test-deps ## everything CI checks: Go tests, the Worker in workerd, the status page in Chromium, the image
+	$(MAKE) --no-print-directory edge-test
 	$(GO) test -count=1 -tags chromium -run Chromium ./origin/statuspage/
 	$(MAKE) --no-print-directory image
 
 test-go: fmt-check vet ## the Go tests alone (no browser, no image; the quick loop)
 	$(GO) test -count=1 ./...
 
-test-deps: ## install chromium and buildah when missing (Debian, as root)
+test-deps: ## npm ci when needed; chromium and buildah when missing (Debian, as root)
 	scripts/test-deps
 
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags chromium ./origin/statuspage/
+	$(GO) vet -tags edge ./edge/
+	GOOS=js GOARCH=wasm $(GO) vet ./edge/... ./shared/...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
