@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -37,14 +38,15 @@ func newPerfStack(b *testing.B) *perfStack {
 		b.Fatal(err)
 	}
 	policy := egress.Policy{AllowPrivate: true}
-	d := delivery.New(l, delivery.Config{Client: policy.Client(), Rand: rand.New(rand.NewPCG(1, 2))})
+	quiet := slog.New(slog.DiscardHandler)
+	d := delivery.New(l, delivery.Config{Client: policy.Client(), Rand: rand.New(rand.NewPCG(1, 2)), Logger: quiet})
 	if err := d.Load(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
-	srv := httptest.NewServer(api.New(api.Config{Ledger: l, Dispatcher: d, Egress: policy, Token: "bench"}))
+	srv := httptest.NewServer(api.New(api.Config{Ledger: l, Dispatcher: d, Egress: policy, Token: "bench", Logger: quiet}))
 	b.Cleanup(func() {
 		srv.Close()
 		cancel()

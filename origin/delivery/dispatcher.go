@@ -316,7 +316,11 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 		now := d.cfg.Clock.Now()
 		reqs, wait := d.plan(now)
 		if len(reqs) > 0 {
+			began := time.Now()
 			res, err := d.ledger.Claim(ctx, reqs)
+			if o, ok := d.cfg.Observer.(interface{ ObserveClaim(time.Duration) }); ok && err == nil {
+				o.ObserveClaim(time.Since(began))
+			}
 			if err != nil {
 				d.unplan(reqs)
 				if ctx.Err() != nil {

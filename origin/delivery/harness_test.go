@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -106,6 +107,7 @@ func (b *bundle) start(opts ...option) {
 		Rand:         rand.New(rand.NewPCG(7, 11)),
 		Client:       egress.Policy{AllowPrivate: true}.Client(),
 		DrainTimeout: 200 * time.Millisecond,
+		Logger:       slog.New(slog.DiscardHandler),
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -206,9 +206,9 @@ func (d *Dispatcher) observe(ctx context.Context, subID string, c ledger.Claimed
 	if d.cfg.Observer != nil {
 		d.cfg.Observer.ObserveAttempt(subID, a.Lane, sent, end.Sub(c.CreatedAt))
 	}
-	lvl := slog.LevelDebug
+	lvl := slog.LevelInfo
 	if !sent {
-		lvl = slog.LevelInfo
+		lvl = slog.LevelWarn
 	}
 	d.cfg.Logger.Log(ctx, lvl, "attempt", "delivery_id", c.ID(), "subscriber_id", subID, "lane", a.Lane,
 		"attempt", a.Number, "status", a.StatusCode, "duration_ms", a.DurationMS, "outcome", res.Status, "error", a.Error)

@@ -26,6 +26,7 @@ type Metrics struct {
 	attempts  *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	deferrals *prometheus.CounterVec
+	claims    prometheus.Histogram
 }
 
 // Snapshotter is the dispatcher's view of its subscribers.
@@ -33,9 +34,10 @@ type Snapshotter interface {
 	Snapshot() map[string]delivery.SubscriberSnapshot
 }
 
-// Counter is the ledger's per-subscriber counts.
+// Counter is the ledger's per-subscriber counts and its write count.
 type Counter interface {
 	Counts(ctx context.Context) (map[string]*ledger.SubscriberStats, error)
+	Changes(ctx context.Context) (int64, error)
 }
 
 // New registers sluice's metrics and the Go runtime's.
@@ -56,7 +58,12 @@ func New() *Metrics {
 			Help: "Edge-lane answers that the subscriber's edge bucket was empty (not attempts).",
 		}, []string{"subscriber_id"}),
 	}
-	m.reg.MustRegister(m.attempts, m.latency, m.deferrals,
+	m.claims = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "sluice_claim_duration_seconds",
+		Help:    "Time to claim due deliveries from the ledger, commit included.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+	})
+	m.reg.MustRegister(m.attempts, m.latency, m.deferrals, m.claims,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -70,6 +77,9 @@ func (m *Metrics) ObserveAttempt(subscriberID string, lane ledger.Lane, success 
 	}
 	m.attempts.WithLabelValues(subscriberID, string(lane), outcome).Inc()
 }
+
+// ObserveClaim times one claim.
+func (m *Metrics) ObserveClaim(d time.Duration) { m.claims.Observe(d.Seconds()) }
 
 // ObserveDeferral counts an edge deferral.
 func (m *Metrics) ObserveDeferral(subscriberID string) {
@@ -101,6 +111,7 @@ var (
 	breakerDesc  = prometheus.NewDesc("sluice_breaker_state", "Circuit breaker state: 0 closed, 1 half-open, 2 open.", []string{"subscriber_id"}, nil)
 	pausedDesc   = prometheus.NewDesc("sluice_paused_until_timestamp_seconds", "When the subscriber's Retry-After pause ends (0 if not paused).", []string{"subscriber_id"}, nil)
 	tokensDesc   = prometheus.NewDesc("sluice_bucket_tokens", "Tokens in the subscriber's origin bucket now.", []string{"subscriber_id"}, nil)
+	writesDesc   = prometheus.NewDesc("sluice_ledger_row_writes_total", "Rows this process has inserted, updated or deleted in the ledger.", nil, nil)
 )
 
 // state collects the gauges at scrape time.
@@ -111,7 +122,7 @@ type state struct {
 }
 
 func (s *state) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{pendingDesc, inflightDesc, deadDesc, breakerDesc, pausedDesc, tokensDesc} {
+	for _, d := range []*prometheus.Desc{pendingDesc, inflightDesc, deadDesc, breakerDesc, pausedDesc, tokensDesc, writesDesc} {
 		ch <- d
 	}
 }
@@ -137,6 +148,9 @@ func (s *state) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if n, err := s.c.Changes(ctx); err == nil {
+		ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(n))
+	}
 	stats, err := s.c.Counts(ctx)
 	if err != nil {
 		s.log.Error("metrics: reading ledger counts", "err", err)
