@@ -377,6 +377,11 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 	for i := range n {
 		id := d.order[(d.next+i)%n]
 		s := d.subs[id]
+		if w := d.headWaitLocked(s, now); w > 0 && !s.cfg.Paused {
+			// Claimed work waiting for its lane's token needs a timer even
+			// when nothing is left to claim.
+			wakeAt(now.Add(w))
+		}
 		if !s.hasWork || s.claiming || s.cfg.Paused {
 			continue
 		}
@@ -394,9 +399,6 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 			continue
 		}
 		room := d.roomLocked(s, limit)
-		if w := d.headWaitLocked(s, now); w > 0 {
-			wakeAt(now.Add(w)) // the queue waits for a token, not a worker
-		}
 		tokens, wait := d.tokensLocked(s, now)
 		if tokens <= 0 {
 			if len(s.queue) == 0 && s.admitted == 0 {

@@ -86,11 +86,20 @@ func (d *Dispatcher) takeLocked(s *sub, lane ledger.Lane, now time.Time) bool {
 // tokensLocked is how many deliveries a subscriber's buckets could pay for
 // now beyond what it already holds, and how long until one more if none.
 func (d *Dispatcher) tokensLocked(s *sub, now time.Time) (int, time.Duration) {
-	n := bucket.Available(s.bucket, s.originRate, now)
-	wait := bucket.Wait(s.bucket, s.originRate, now)
-	if d.cfg.Edge != nil && s.usesEdge && !d.edge.downUntil.After(now) {
-		n += bucket.Available(s.edgeBucket, s.edgeRate, now)
-		wait = min(wait, bucket.Wait(s.edgeBucket, s.edgeRate, now))
+	var n int
+	var wait time.Duration = -1
+	add := func(b bucket.State, r bucket.Rate) {
+		n += bucket.Available(b, r, now)
+		if w := bucket.Wait(b, r, now); wait < 0 || w < wait {
+			wait = w
+		}
+	}
+	edgeUp := d.cfg.Edge != nil && s.usesEdge && !d.edge.downUntil.After(now)
+	if !edgeUp || s.usesOrigin {
+		add(s.bucket, s.originRate) // an edge-only subscriber's origin bucket is for fallback alone
+	}
+	if edgeUp {
+		add(s.edgeBucket, s.edgeRate)
 	}
 	return n - len(s.queue) - s.admitted, wait
 }
