@@ -3,6 +3,7 @@ module github.com/sluice-dev/sluice
 go 1.26.0
 
 require (
+	github.com/cloudflare/cloudflare-go/v6 v6.10.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
 	github.com/syumai/workers v0.33.0
@@ -25,6 +26,10 @@ require (
 	github.com/prometheus/common v0.73.1 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	github.com/tidwall/gjson v1.14.4 // indirect
+	github.com/tidwall/match v1.1.1 // indirect
+	github.com/tidwall/pretty v1.2.1 // indirect
+	github.com/tidwall/sjson v1.2.5 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasttemplate v1.2.2 // indirect
 	golang.org/x/crypto v0.58.0 // indirect

@@ -42,6 +42,9 @@ Client commands (talk to a running origin's API):
                                           the dead-letter queue
   sluice stats                            per-subscriber counts, success rate, latency
 
+Edge commands (talk to Cloudflare's API; CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_API_TOKEN):
+  sluice edge put-secret|status           put SLUICE_EDGE_SECRET on the Worker; show its deployment
+
 Environment (a flag wins over its variable):
   SLUICE_URL         --url of the client commands (default http://127.0.0.1:8080)
   SLUICE_API_TOKEN   --api-token: the bearer token serve uses and the clients send
@@ -67,6 +70,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(ctx, args[1:], getenv, stdout, stderr)
 	case "subscribers", "send", "deliveries", "dlq", "stats", "health":
 		return client(ctx, args, getenv, os.Stdin, stdout, stderr)
+	case "edge":
+		return edge(ctx, args[1:], getenv, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "sluice", version)
 		return nil
