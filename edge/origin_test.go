@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -20,11 +19,10 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/sluice-dev/sluice/origin/api"
 	"github.com/sluice-dev/sluice/origin/delivery"
 	"github.com/sluice-dev/sluice/origin/edgeclient"
-	"github.com/sluice-dev/sluice/origin/egress"
 	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/origin/origintest"
 	"github.com/sluice-dev/sluice/shared/bucket"
 	"github.com/sluice-dev/sluice/shared/edgewire"
 	"github.com/sluice-dev/sluice/shared/signature"
@@ -48,53 +46,18 @@ type origin struct {
 
 func startOrigin(t *testing.T, e *edgeProc) *origin {
 	t.Helper()
-	ctx := context.Background()
-	// Errors only: the fallback test makes every lane failure a warning.
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
 	ec, err := edgeclient.New(e.URL, edgeSecret, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "sluice.db"), ledger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("close ledger: %v", err)
-		}
-	})
-	policy := egress.Policy{AllowPrivate: true}
-	disp := delivery.New(l, delivery.Config{
-		Edge:         ec,
-		EdgeTypes:    []string{edgeType},
-		Client:       policy.Client(),
-		DrainTimeout: 5 * time.Second,
-		UserAgent:    "sluice/edge-test",
-		Logger:       log,
-	})
-	if err := disp.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- disp.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("dispatcher Run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("dispatcher Run did not return within 15s of cancel")
-		}
-	})
-	srv := httptest.NewServer(api.New(api.Config{
-		Ledger: l, Dispatcher: disp, Egress: policy, Token: originToken, Logger: log,
-	}))
+	o := origintest.Start(t, originToken, origintest.Options{Delivery: func(c *delivery.Config) {
+		c.Edge, c.EdgeTypes, c.UserAgent = ec, []string{edgeType}, "sluice/edge-test"
+		// Errors only: the fallback test makes every lane failure a warning.
+		c.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
+	}})
+	srv := httptest.NewServer(o.API)
 	t.Cleanup(srv.Close)
-	return &origin{l: l, disp: disp, api: srv}
+	return &origin{l: o.Ledger, disp: o.Dispatcher, api: srv}
 }
 
 // call sends a JSON request to the API and decodes the answer into out.

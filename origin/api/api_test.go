@@ -2,14 +2,11 @@ package api_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -24,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/origin/delivery"
 	"github.com/sluice-dev/sluice/origin/egress"
 	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/origin/origintest"
 	"github.com/sluice-dev/sluice/shared/event"
 )
 
@@ -57,57 +55,16 @@ type bundle struct {
 // body limit) before the server starts.
 func setup(t *testing.T, opts ...func(*api.Config)) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-
-	l, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "sluice.db"), ledger.Options{})
-	if err != nil {
-		t.Fatalf("open ledger: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("close ledger: %v", err)
-		}
-	})
-
-	disp := delivery.New(l, delivery.Config{
-		Client:       egress.Policy{AllowPrivate: true}.Client(),
-		DrainTimeout: 5 * time.Second,
-		Logger:       log,
-	})
-	if err := disp.Load(ctx); err != nil {
-		t.Fatalf("load dispatcher: %v", err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- disp.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-runErr:
-			if err != nil {
-				t.Errorf("dispatcher Run: %v", err)
-			}
-		case <-time.After(waitLimit):
-			t.Errorf("dispatcher Run did not return within %s of cancel", waitLimit)
-		}
-	})
-
 	clk := &clock{t: time.Now().Truncate(time.Millisecond)}
-	cfg := api.Config{
-		Ledger:     l,
-		Dispatcher: disp,
-		Egress:     egress.Policy{AllowPrivate: true},
-		Token:      testToken,
-		Now:        clk.Now,
-		Logger:     log,
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	srv := httptest.NewServer(api.New(cfg))
+	o := origintest.Start(t, testToken, origintest.Options{API: func(c *api.Config) {
+		c.Now = clk.Now
+		for _, o := range opts {
+			o(c)
+		}
+	}})
+	srv := httptest.NewServer(o.API)
 	t.Cleanup(srv.Close)
-	return &bundle{ledger: l, disp: disp, srv: srv, clock: clk, cfg: cfg}
+	return &bundle{ledger: o.Ledger, disp: o.Dispatcher, srv: srv, clock: clk, cfg: o.Config}
 }
 
 func denyPrivate(c *api.Config) { c.Egress = egress.Policy{AllowPrivate: false} }

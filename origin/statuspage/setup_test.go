@@ -1,22 +1,18 @@
 package statuspage_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/origin/api"
 	"github.com/sluice-dev/sluice/origin/delivery"
-	"github.com/sluice-dev/sluice/origin/egress"
 	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/origin/origintest"
 )
 
 const testToken = "status-token-0123456789"
@@ -40,50 +36,8 @@ type bundle struct {
 // setup builds a fresh bundle, as origin/api's tests do.
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-
-	l, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "sluice.db"), ledger.Options{})
-	if err != nil {
-		t.Fatalf("open ledger: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("close ledger: %v", err)
-		}
-	})
-
-	disp := delivery.New(l, delivery.Config{
-		Client:       egress.Policy{AllowPrivate: true}.Client(),
-		DrainTimeout: 5 * time.Second,
-		Logger:       log,
-	})
-	if err := disp.Load(ctx); err != nil {
-		t.Fatalf("load dispatcher: %v", err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- disp.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-runErr:
-			if err != nil {
-				t.Errorf("dispatcher Run: %v", err)
-			}
-		case <-time.After(waitLimit):
-			t.Errorf("dispatcher Run did not return within %s of cancel", waitLimit)
-		}
-	})
-
-	b := &bundle{ledger: l, disp: disp}
-	b.api = api.New(api.Config{
-		Ledger:     l,
-		Dispatcher: disp,
-		Egress:     egress.Policy{AllowPrivate: true},
-		Token:      testToken,
-		Logger:     log,
-	})
+	o := origintest.Start(t, testToken, origintest.Options{})
+	b := &bundle{ledger: o.Ledger, disp: o.Dispatcher, api: o.API}
 	b.srv = httptest.NewServer(http.HandlerFunc(b.serve))
 	t.Cleanup(b.srv.Close)
 	return b

@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,10 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/origin/api"
-	"github.com/sluice-dev/sluice/origin/delivery"
-	"github.com/sluice-dev/sluice/origin/egress"
-	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/origin/origintest"
 )
 
 const clientTestToken = "tok-client-test-0123456789"
@@ -39,36 +35,8 @@ type origin struct {
 
 func newOrigin(t *testing.T) *origin {
 	t.Helper()
-	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	l, err := ledger.Open(ctx, filepath.Join(t.TempDir(), "sluice.db"), ledger.Options{})
-	if err != nil {
-		t.Fatalf("open ledger: %v", err)
-	}
-	t.Cleanup(func() { l.Close() })
-	disp := delivery.New(l, delivery.Config{
-		Client:       egress.Policy{AllowPrivate: true}.Client(),
-		DrainTimeout: 2 * time.Second,
-		Logger:       log,
-	})
-	if err := disp.Load(ctx); err != nil {
-		t.Fatalf("load dispatcher: %v", err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- disp.Run(runCtx) }()
-	srv := httptest.NewServer(api.New(api.Config{
-		Ledger: l, Dispatcher: disp, Egress: egress.Policy{AllowPrivate: true},
-		Token: clientTestToken, Logger: log,
-	}))
-	// Cleanups run last-in first-out: the server stops, then the dispatcher,
-	// then the ledger closes.
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("dispatcher Run: %v", err)
-		}
-	})
+	o := origintest.Start(t, clientTestToken, origintest.Options{})
+	srv := httptest.NewServer(o.API)
 	t.Cleanup(srv.Close)
 	return &origin{t: t, URL: srv.URL}
 }
