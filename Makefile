@@ -35,8 +35,9 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-bench: ## origin throughput and latency benchmarks (one run each; compare ratios within a run)
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./origin/api/
+bench: build ## this build's numbers on this machine against real sluice processes: one table, also bin/bench.json (~4 min)
+	$(GO) build -o bin/loadtest ./loadtest
+	bin/loadtest bench --sluice $(BIN) --json bin/bench.json
 
 clean:
 	rm -rf bin

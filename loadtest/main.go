@@ -8,6 +8,7 @@
 //	go run ./loadtest scenario canal --events 12000 --timeout 60s --json out.json
 //	go run ./loadtest scenario chaos --kills 3
 //	go run ./loadtest naive --events 12000
+//	go run ./loadtest bench --json bin/bench.json
 package main
 
 import (
@@ -60,6 +61,7 @@ Commands:
   scenario canal   the seed's burst (12,000 video.trending events) through a real sluice
   scenario chaos   kill -9 restarts of sluice and partner outages under load
   naive            the seed's naive loop against the canal partners, for comparison
+  bench            this build's numbers on this machine in one table (what make bench runs)
 
 Run "go run ./loadtest <command> --help" for a command's flags.
 `
@@ -91,6 +93,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("unknown scenario %q (canal or chaos): %w", args[1], errUsage)
 	case "naive":
 		return runNaive(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return runBench(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
