@@ -50,6 +50,10 @@ type Ledger struct {
 
 	baseChanges int64 // total_changes() once Open had finished its own writes
 	admitter    Admitter
+
+	countsMu sync.Mutex // guards the last Counts answer
+	counts   map[string]*SubscriberStats
+	countsAt time.Time
 }
 
 // pragmas are the production settings, applied to every connection: WAL so
@@ -61,9 +65,15 @@ var pragmas = []string{
 	"synchronous(NORMAL)",
 	"busy_timeout(5000)",
 	"temp_store(MEMORY)",
-	"cache_size(-65536)",
 	"foreign_keys(OFF)",
 }
+
+// Page caches are per connection: the writer's holds the hot index pages
+// of every claim and insert; readers share the OS page cache and need less.
+const (
+	writerCache = "cache_size(-32768)" // 32 MiB
+	readerCache = "cache_size(-8192)"  // 8 MiB each
+)
 
 func dsn(path string, readOnly bool) string {
 	q := url.Values{}
@@ -72,6 +82,9 @@ func dsn(path string, readOnly bool) string {
 	}
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")
+		q.Add("_pragma", readerCache)
+	} else {
+		q.Add("_pragma", writerCache)
 	}
 	return "file:" + path + "?" + q.Encode()
 }

@@ -19,17 +19,10 @@ type SubscriberStats struct {
 // Stats counts deliveries by state for every subscriber and summarises the
 // attempts and deliveries since since.
 func (l *Ledger) Stats(ctx context.Context, since time.Time) (map[string]*SubscriberStats, error) {
-	return l.stats(ctx, since, true)
-}
-
-// Counts counts only pending, inflight and dead deliveries per subscriber:
-// each walks a small partial index, cheap enough for every scrape.
-func (l *Ledger) Counts(ctx context.Context) (map[string]*SubscriberStats, error) {
-	return l.stats(ctx, time.Time{}, false)
-}
-
-func (l *Ledger) stats(ctx context.Context, since time.Time, full bool) (map[string]*SubscriberStats, error) {
-	out := map[string]*SubscriberStats{}
+	out, err := l.Counts(ctx)
+	if err != nil {
+		return nil, err
+	}
 	get := func(id string) *SubscriberStats {
 		s, ok := out[id]
 		if !ok {
@@ -38,39 +31,20 @@ func (l *Ledger) stats(ctx context.Context, since time.Time, full bool) (map[str
 		}
 		return s
 	}
-	// Each count walks one partial index, never the whole table.
-	counts := []struct {
-		q   string
-		dst func(*SubscriberStats) *int
-	}{
-		{`SELECT subscriber_id, count(*) FROM deliveries WHERE status = 'pending' GROUP BY subscriber_id`, func(s *SubscriberStats) *int { return &s.Pending }},
-		{`SELECT subscriber_id, count(*) FROM deliveries WHERE status = 'inflight' GROUP BY subscriber_id`, func(s *SubscriberStats) *int { return &s.Inflight }},
-		{`SELECT subscriber_id, count(*) FROM deliveries WHERE status = 'dead' GROUP BY subscriber_id`, func(s *SubscriberStats) *int { return &s.Dead }},
-	}
-	if full {
-		counts = append(counts, struct {
-			q   string
-			dst func(*SubscriberStats) *int
-		}{`SELECT subscriber_id, count(*) FROM deliveries WHERE status = 'sent' GROUP BY subscriber_id`, func(s *SubscriberStats) *int { return &s.Sent }})
-	}
-	for _, c := range counts {
-		err := collect(ctx, l.rdb, c.q, nil, func(rows *sql.Rows) error {
+	err = collect(ctx, l.rdb, `SELECT subscriber_id, count(*) FROM deliveries WHERE status = 'sent' GROUP BY subscriber_id`,
+		nil, func(rows *sql.Rows) error {
 			var id string
 			var n int
 			if err := rows.Scan(&id, &n); err != nil {
 				return err
 			}
-			*c.dst(get(id)) = n
+			get(id).Sent = n
 			return nil
 		})
-		if err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
 	}
-	if !full {
-		return out, nil
-	}
-	err := collect(ctx, l.rdb, `SELECT subscriber_id, count(*), sum(status_code BETWEEN 200 AND 299)
+	err = collect(ctx, l.rdb, `SELECT subscriber_id, count(*), sum(status_code BETWEEN 200 AND 299)
 		FROM attempts WHERE at >= ? GROUP BY subscriber_id`, []any{since.UnixMilli()}, func(rows *sql.Rows) error {
 		var id string
 		var n, ok int
@@ -105,6 +79,62 @@ func (l *Ledger) stats(ctx context.Context, since time.Time, full bool) (map[str
 		s.P99 = time.Duration(percentile(v, 0.99)) * time.Millisecond
 	}
 	return out, nil
+}
+
+// Counts counts only pending, inflight and dead deliveries per subscriber.
+// Each walks a partial index, which with a million pending takes a few
+// hundred milliseconds, so answers are shared for countsTTL: a scrape and
+// a status page polling every few seconds should not keep a core busy.
+func (l *Ledger) Counts(ctx context.Context) (map[string]*SubscriberStats, error) {
+	l.countsMu.Lock()
+	defer l.countsMu.Unlock()
+	if l.counts != nil && time.Since(l.countsAt) < countsTTL {
+		return copyStats(l.counts), nil
+	}
+	out := map[string]*SubscriberStats{}
+	for _, c := range []struct {
+		status Status
+		dst    func(*SubscriberStats) *int
+	}{
+		{StatusPending, func(s *SubscriberStats) *int { return &s.Pending }},
+		{StatusInflight, func(s *SubscriberStats) *int { return &s.Inflight }},
+		{StatusDead, func(s *SubscriberStats) *int { return &s.Dead }},
+	} {
+		// A literal status, not a parameter: only then can SQLite use the
+		// status's partial index.
+		err := collect(ctx, l.rdb, `SELECT subscriber_id, count(*) FROM deliveries WHERE status = '`+string(c.status)+`' GROUP BY subscriber_id`,
+			nil, func(rows *sql.Rows) error {
+				var id string
+				var n int
+				if err := rows.Scan(&id, &n); err != nil {
+					return err
+				}
+				s, ok := out[id]
+				if !ok {
+					s = &SubscriberStats{}
+					out[id] = s
+				}
+				*c.dst(s) = n
+				return nil
+			})
+		if err != nil {
+			return nil, err
+		}
+	}
+	l.counts, l.countsAt = out, time.Now()
+	return copyStats(out), nil
+}
+
+// countsTTL is how long Counts answers from its last count.
+const countsTTL = time.Second
+
+func copyStats(m map[string]*SubscriberStats) map[string]*SubscriberStats {
+	out := make(map[string]*SubscriberStats, len(m))
+	for k, v := range m {
+		c := *v
+		out[k] = &c
+	}
+	return out
 }
 
 // percentile returns the nearest-rank percentile of sorted values.
