@@ -56,7 +56,7 @@ func (d *Dispatcher) attempt(ctx context.Context, s ledger.Subscriber, signer *s
 	}
 	results := d.settle(s.ID, c, a, r.retryAfter, end)
 	d.observe(ctx, s.ID, c, a, results[0], end)
-	d.release(results)
+	d.finish(results)
 }
 
 // post makes the HTTP request of an attempt.
@@ -86,14 +86,12 @@ func (d *Dispatcher) post(ctx context.Context, s ledger.Subscriber, signer *sign
 
 // settle turns an attempt into its ledger result and updates the
 // subscriber's breaker and pause at once, so the next plan already obeys
-// them; it frees the attempt's worker for the next queued delivery. It
-// returns the result first, then any releases of queued work the outcome
-// put on hold.
+// them. It returns the result first, then any releases of queued work the
+// outcome put on hold.
 func (d *Dispatcher) settle(subID string, c ledger.Claimed, a *ledger.Attempt, retryAfter string, now time.Time) []ledger.Result {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.poke()
-	d.free++
 	res := d.outcomeLocked(subID, c, a, retryAfter, now)
 	out := []ledger.Result{res}
 	if s, ok := d.subs[subID]; ok {

@@ -99,13 +99,17 @@ type Dispatcher struct {
 	cfg     Config
 	ledger  *ledger.Ledger
 	wake    chan struct{}
-	results chan ledger.Result
+	results chan outcome
 
 	mu    sync.Mutex
 	subs  map[string]*sub
 	order []string // round-robin order of subscriber ids
 	next  int      // where the next plan starts in order
-	free  int      // global worker slots not in use
+	// free counts global worker slots not in use. An attempt holds its
+	// slot until its outcome is committed, not just until its answer
+	// comes: attempts whose outcome is not yet durable never exceed
+	// Workers, and neither do the duplicates a crash can cause.
+	free int
 	// attemptCtx outlives Run's context so shutdown can let attempts
 	// finish; cancelAttempts abandons them when the drain times out.
 	attemptCtx     context.Context
@@ -154,7 +158,7 @@ func New(l *ledger.Ledger, cfg Config) *Dispatcher {
 		cfg:     cfg,
 		ledger:  l,
 		wake:    make(chan struct{}, 1),
-		results: make(chan ledger.Result, 4096),
+		results: make(chan outcome, 4096),
 		subs:    map[string]*sub{},
 		dirty:   map[string]struct{}{},
 		free:    cfg.Workers,
@@ -628,11 +632,25 @@ func releases(cs []ledger.Claimed, at time.Time) []ledger.Result {
 	return out
 }
 
+// outcome is a result on its way to the ledger. held says it still holds
+// the worker slot of the attempt that produced it.
+type outcome struct {
+	ledger.Result
+	held bool
+}
+
 // release hands releases to the recorder; call without d.mu held.
 func (d *Dispatcher) release(rs []ledger.Result) {
 	for _, r := range rs {
-		d.results <- r
+		d.results <- outcome{Result: r}
 	}
+}
+
+// finish hands an attempt's result (first) and any releases it caused to
+// the recorder; the attempt's worker slot is freed once they are committed.
+func (d *Dispatcher) finish(rs []ledger.Result) {
+	d.results <- outcome{Result: rs[0], held: true}
+	d.release(rs[1:])
 }
 
 // signerLocked returns the subscriber's signer for the secrets valid at now.

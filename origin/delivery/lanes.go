@@ -142,14 +142,14 @@ func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *s
 		// delivery goes straight back (to the origin lane if the Worker is
 		// now out of use).
 		d.cfg.Logger.Warn("edge lane failed", "delivery_id", c.ID(), "subscriber_id", s.ID, "err", err)
-		d.release(d.settleLane(s.ID, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: end}, end, false))
+		d.finish(d.settleLane(s.ID, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: end}, end, false))
 	case deferFor > 0:
 		// The Worker's bucket was empty: reschedule without an attempt, and
 		// take the Worker's word for when its next token comes.
 		if o, ok := d.cfg.Observer.(interface{ ObserveDeferral(string) }); ok {
 			o.ObserveDeferral(s.ID)
 		}
-		d.release(d.settleLane(s.ID, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, NextAttemptAt: end.Add(deferFor)}, end, true))
+		d.finish(d.settleLane(s.ID, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, NextAttemptAt: end.Add(deferFor)}, end, true))
 	default:
 		a := &ledger.Attempt{
 			Number: c.Attempts + 1, At: start, Lane: ledger.LaneEdge,
@@ -162,7 +162,7 @@ func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *s
 		d.edgeAnswered()
 		results := d.settle(s.ID, c, a, retryAfter, end)
 		d.observe(ctx, s.ID, c, a, results[0], end)
-		d.release(results)
+		d.finish(results)
 	}
 }
 
@@ -172,7 +172,6 @@ func (d *Dispatcher) settleLane(subID string, res ledger.Result, now time.Time, 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.poke()
-	d.free++
 	out := []ledger.Result{res}
 	if s, ok := d.subs[subID]; ok {
 		s.inflight--

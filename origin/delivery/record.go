@@ -15,7 +15,7 @@ const recordBatch = 512
 // becomes claimable only once its row is pending again, so the dispatcher
 // learns of its due time after the commit, not before.
 func (d *Dispatcher) record() {
-	batch := make([]ledger.Result, 0, recordBatch)
+	batch := make([]outcome, 0, recordBatch)
 	for first := range d.results {
 		batch = append(batch[:0], first)
 	fill:
@@ -35,7 +35,23 @@ func (d *Dispatcher) record() {
 	d.flush(nil) // states changed without a result (a breaker turning half-open)
 }
 
-func (d *Dispatcher) flush(batch []ledger.Result) {
+func (d *Dispatcher) flush(batch []outcome) {
+	results := make([]ledger.Result, len(batch))
+	held := 0
+	for i, o := range batch {
+		results[i] = o.Result
+		if o.held {
+			held++
+		}
+	}
+	// Whatever happens, the attempts' worker slots come back at the end:
+	// after the commit, or when shutting down.
+	defer func() {
+		d.mu.Lock()
+		d.free += held
+		d.dispatchLocked(d.cfg.Clock.Now())
+		d.mu.Unlock()
+	}()
 	d.mu.Lock()
 	states := make([]ledger.SubscriberState, 0, len(d.dirty))
 	for id := range d.dirty {
@@ -53,7 +69,7 @@ func (d *Dispatcher) flush(batch []ledger.Result) {
 	// flight until recorded (leases are reclaimed only at start-up, since
 	// one process owns the file), so keep trying while the database refuses.
 	for try := 0; ; try++ {
-		err := d.ledger.Record(context.Background(), batch, states)
+		err := d.ledger.Record(context.Background(), results, states)
 		if err == nil {
 			break
 		}
@@ -64,7 +80,7 @@ func (d *Dispatcher) flush(batch []ledger.Result) {
 		time.Sleep(min(time.Duration(try+1)*100*time.Millisecond, 5*time.Second))
 	}
 	d.mu.Lock()
-	for _, r := range batch {
+	for _, r := range results {
 		if r.Status == ledger.StatusPending {
 			if s, ok := d.subs[r.SubscriberID]; ok {
 				s.note(r.NextAttemptAt)
