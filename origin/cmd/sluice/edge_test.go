@@ -131,38 +131,17 @@ func envelope(result string) string {
 	return `{"success":true,"errors":[],"messages":[],"result":` + result + `}`
 }
 
-// edgeResult is what one command did.
-type edgeResult struct {
-	stdout, stderr string
-	err            error
-}
-
-func (r edgeResult) code() int {
-	if r.err == nil {
-		return 0
-	}
-	return exitStatus(r.err)
-}
-
-// line is what main prints on stderr for the error.
-func (r edgeResult) line() string {
-	if r.err == nil {
-		return ""
-	}
-	return "sluice: " + r.err.Error()
-}
-
 // runEdge runs one command with env as its whole environment, and fails the
 // test if the API token or the edge secret shows anywhere in what it printed.
-func runEdge(t *testing.T, env map[string]string, args ...string) edgeResult {
+func runEdge(t *testing.T, env map[string]string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var out, errOut bytes.Buffer
 	err := run(ctx, args, func(k string) string { return env[k] }, &out, &errOut)
-	r := edgeResult{stdout: out.String(), stderr: errOut.String(), err: err}
+	r := result{stdout: out.String(), stderr: errOut.String(), err: err}
 	for _, secret := range []string{edgeTestToken, edgeTestSecret, strings.TrimPrefix(edgeTestSecret, "whsec_")} {
-		for name, s := range map[string]string{"stdout": r.stdout, "stderr": r.stderr, "error": r.line()} {
+		for name, s := range map[string]string{"stdout": r.stdout, "stderr": r.stderr, "error": r.message()} {
 			if strings.Contains(s, secret) {
 				t.Errorf("sluice %s: a secret shows on %s:\n%s", strings.Join(args, " "), name, s)
 			}
@@ -207,7 +186,7 @@ func TestEdgePutSecret(t *testing.T) {
 	cf := newFakeCloudflare(t, map[string][]cfAnswer{"PUT " + edgeSecretsPath: {secretAnswer}})
 	r := runEdge(t, cfEnv(), "edge", "put-secret", "--cf-base-url", cf.URL)
 	if r.err != nil {
-		t.Fatalf("put-secret: %s\n%s", r.line(), r.stderr)
+		t.Fatalf("put-secret: %s\n%s", r.message(), r.stderr)
 	}
 	reqs := cf.expect(cfRequest{Method: "PUT", Path: edgeSecretsPath, Auth: "Bearer " + edgeTestToken})
 	checkSecretBody(t, reqs[0])
@@ -228,7 +207,7 @@ func TestEdgePutSecretFlagsWinAndJSON(t *testing.T) {
 	r := runEdge(t, env, "edge", "put-secret", "--json", "--cf-base-url", cf.URL,
 		"--account-id", account, "--script", "my-edge", "--cf-api-token", edgeTestToken)
 	if r.err != nil {
-		t.Fatalf("put-secret: %s", r.line())
+		t.Fatalf("put-secret: %s", r.message())
 	}
 	reqs := cf.expect(cfRequest{Method: "PUT", Path: path, Auth: "Bearer " + edgeTestToken})
 	checkSecretBody(t, reqs[0])
@@ -245,7 +224,7 @@ func TestEdgePutSecretFlagsWinAndJSON(t *testing.T) {
 	path = "/accounts/" + edgeTestAccount + "/workers/scripts/from-env/secrets"
 	cf = newFakeCloudflare(t, map[string][]cfAnswer{"PUT " + path: {secretAnswer}})
 	if r := runEdge(t, env, "edge", "put-secret", "--cf-base-url", cf.URL); r.err != nil {
-		t.Fatalf("put-secret: %s", r.line())
+		t.Fatalf("put-secret: %s", r.message())
 	}
 	cf.expect(cfRequest{Method: "PUT", Path: path, Auth: "Bearer env-token-not-used"})
 }
@@ -258,7 +237,7 @@ func TestEdgePutSecretRetriesRateLimit(t *testing.T) {
 		body: `{"success":false,"errors":[{"code":971,"message":"Please wait and consider throttling your request speed"}],"messages":[],"result":null}`}
 	cf := newFakeCloudflare(t, map[string][]cfAnswer{"PUT " + edgeSecretsPath: {limited, secretAnswer}})
 	if r := runEdge(t, cfEnv(), "edge", "put-secret", "--cf-base-url", cf.URL); r.err != nil {
-		t.Fatalf("put-secret: %s", r.line())
+		t.Fatalf("put-secret: %s", r.message())
 	}
 	want := cfRequest{Method: "PUT", Path: edgeSecretsPath, Auth: "Bearer " + edgeTestToken}
 	for _, req := range cf.expect(want, want) {
@@ -297,8 +276,8 @@ func TestEdgePutSecretRefusesBadInput(t *testing.T) {
 		}
 		args := append([]string{"edge", "put-secret", "--cf-base-url", cf.URL}, tc.args...)
 		r := runEdge(t, env, args...)
-		if r.code() != 2 || r.line() != tc.want {
-			t.Errorf("%s: exit %d, %q; want exit 2, %q", tc.name, r.code(), r.line(), tc.want)
+		if r.code() != 2 || r.message() != tc.want {
+			t.Errorf("%s: exit %d, %q; want exit 2, %q", tc.name, r.code(), r.message(), tc.want)
 		}
 	}
 	cf.expect() // not one request
@@ -342,7 +321,7 @@ func TestEdgeStatusTable(t *testing.T) {
 	})
 	r := runEdge(t, cfEnv(), "edge", "status", "--cf-base-url", cf.URL)
 	if r.err != nil {
-		t.Fatalf("status: %s", r.line())
+		t.Fatalf("status: %s", r.message())
 	}
 	cf.expect(statusRequests()...)
 	created := time.Date(2026, 4, 20, 10, 11, 12, 123456000, time.UTC)
@@ -376,7 +355,7 @@ func TestEdgeStatusJSON(t *testing.T) {
 	})
 	r := runEdge(t, cfEnv(), "edge", "status", "--json", "--cf-base-url", cf.URL)
 	if r.err != nil {
-		t.Fatalf("status --json: %s", r.line())
+		t.Fatalf("status --json: %s", r.message())
 	}
 	cf.expect(statusRequests()...)
 	var out struct {
@@ -419,7 +398,7 @@ func TestEdgeStatusNotDeployed(t *testing.T) {
 	})
 	r := runEdge(t, cfEnv(), "edge", "status", "--cf-base-url", cf.URL)
 	if r.err != nil {
-		t.Fatalf("status: %s", r.line())
+		t.Fatalf("status: %s", r.message())
 	}
 	cf.expect(statusRequests()...)
 	for _, want := range []string{"DEPLOYMENT  none: the Worker has no deployment\n", "no Durable Object namespace belongs to sluice-edge\n"} {
@@ -430,7 +409,7 @@ func TestEdgeStatusNotDeployed(t *testing.T) {
 	r = runEdge(t, cfEnv(), "edge", "status", "--json", "--cf-base-url", cf.URL)
 	want := `{"account_id":"` + edgeTestAccount + `","script":"sluice-edge","deployment":null,"durable_object_namespaces":[]}` + "\n"
 	if r.err != nil || r.stdout != want {
-		t.Errorf("status --json: %s\n%q, want %q", r.line(), r.stdout, want)
+		t.Errorf("status --json: %s\n%q, want %q", r.message(), r.stdout, want)
 	}
 }
 
@@ -467,8 +446,8 @@ func TestEdgeAPIErrors(t *testing.T) {
 			t.Parallel()
 			cf := newFakeCloudflare(t, tc.answers)
 			r := runEdge(t, cfEnv(), append(append([]string{"edge"}, tc.args...), "--cf-base-url", cf.URL)...)
-			if r.code() != 1 || r.line() != tc.want {
-				t.Errorf("exit %d, %q; want exit 1, %q", r.code(), r.line(), tc.want)
+			if r.code() != 1 || r.message() != tc.want {
+				t.Errorf("exit %d, %q; want exit 1, %q", r.code(), r.message(), tc.want)
 			}
 			if r.stdout != "" {
 				t.Errorf("stdout = %q, want nothing", r.stdout)
@@ -489,8 +468,8 @@ func TestEdgeUnreachable(t *testing.T) {
 	for _, cmd := range []string{"put-secret", "status"} {
 		r := runEdge(t, cfEnv(), "edge", cmd, "--cf-base-url", base, "--cf-retries", "0")
 		want := "sluice: cloudflare: cannot reach " + base + ": connection refused"
-		if r.code() != 3 || r.line() != want {
-			t.Errorf("%s: exit %d, %q; want exit 3, %q", cmd, r.code(), r.line(), want)
+		if r.code() != 3 || r.message() != want {
+			t.Errorf("%s: exit %d, %q; want exit 3, %q", cmd, r.code(), r.message(), want)
 		}
 	}
 }
@@ -507,14 +486,14 @@ func TestEdgeUsage(t *testing.T) {
 		{"edge", "status", "--cf-base-url", cf.URL, "--cf-retries", "-1"},
 	} {
 		if r := runEdge(t, cfEnv(), args...); r.code() != 2 {
-			t.Errorf("sluice %s: exit %d (%s), want 2", strings.Join(args, " "), r.code(), r.line())
+			t.Errorf("sluice %s: exit %d (%s), want 2", strings.Join(args, " "), r.code(), r.message())
 		}
 	}
 	cf.expect()
 
 	r := runEdge(t, cfEnv(), "edge", "put-secret", "--help")
 	if r.err != nil {
-		t.Fatalf("put-secret --help: %s", r.line())
+		t.Fatalf("put-secret --help: %s", r.message())
 	}
 	for _, want := range []string{"Usage: sluice edge put-secret [flags]", "--edge-secret", "env SLUICE_EDGE_SECRET",
 		"--account-id", "env CLOUDFLARE_ACCOUNT_ID", "--cf-api-token", "env CLOUDFLARE_API_TOKEN",
@@ -525,6 +504,6 @@ func TestEdgeUsage(t *testing.T) {
 	}
 	r = runEdge(t, cfEnv(), "edge", "--help")
 	if r.err != nil || !strings.Contains(r.stdout, "put-secret") || !strings.Contains(r.stdout, "status") {
-		t.Errorf("edge --help: %s\n%s", r.line(), r.stdout)
+		t.Errorf("edge --help: %s\n%s", r.message(), r.stdout)
 	}
 }
