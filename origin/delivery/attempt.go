@@ -94,8 +94,10 @@ func (d *Dispatcher) settle(subID string, c ledger.Claimed, a *ledger.Attempt, r
 	defer d.poke()
 	res := d.outcomeLocked(subID, c, a, retryAfter, now)
 	out := []ledger.Result{res}
+	d.free++
 	if s, ok := d.subs[subID]; ok {
 		s.inflight--
+		s.noteAnswer(now.Sub(a.At), now)
 		out = append(out, d.holdLocked(s, now)...)
 	}
 	d.dispatchLocked(now)
@@ -150,6 +152,7 @@ func (d *Dispatcher) abandon(subID string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.free++
+	d.unrecorded--
 	if s, ok := d.subs[subID]; ok {
 		s.inflight--
 	}

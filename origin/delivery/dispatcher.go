@@ -26,15 +26,20 @@ import (
 
 // Config is the dispatcher's policy; zero values take the defaults.
 type Config struct {
-	Workers       int           // attempts in flight in total (default 64)
-	PerSubscriber int           // attempts in flight per subscriber (default max(4, Workers/4))
-	RetryBase     time.Duration // full-jitter base (default 1s)
-	RetryCap      time.Duration // full-jitter cap (default 30m)
-	Breaker       breaker.Settings
-	ClaimBatch    int           // most deliveries one subscriber gets per claim (default 256)
-	Prefetch      int           // deliveries a subscriber may have claimed beyond its cap (default 64)
-	DrainTimeout  time.Duration // how long Run waits for attempts in flight at shutdown (default 30s)
-	UserAgent     string
+	Workers       int // attempts in flight in total (default 64)
+	PerSubscriber int // attempts in flight per subscriber (default max(4, Workers/4))
+	// FastSubscriber is the in-flight cap of a subscriber that answers
+	// quickly (default max(PerSubscriber, Workers/2)): its attempts give
+	// their workers back within milliseconds, so the cap that keeps a slow
+	// subscriber from holding them all would only limit its throughput.
+	FastSubscriber int
+	RetryBase      time.Duration // full-jitter base (default 1s)
+	RetryCap       time.Duration // full-jitter cap (default 30m)
+	Breaker        breaker.Settings
+	ClaimBatch     int           // most deliveries one subscriber gets per claim (default 256)
+	Prefetch       int           // deliveries a subscriber may have claimed beyond its cap (default 64)
+	DrainTimeout   time.Duration // how long Run waits for attempts in flight at shutdown (default 30s)
+	UserAgent      string
 
 	Clock  Clock          // default SystemClock
 	Rand   backoff.Source // jitter source; default backoff.NewSource()
@@ -58,6 +63,9 @@ func (c *Config) defaults() {
 	}
 	if c.PerSubscriber <= 0 {
 		c.PerSubscriber = max(4, c.Workers/4)
+	}
+	if c.FastSubscriber < c.PerSubscriber {
+		c.FastSubscriber = max(c.PerSubscriber, c.Workers/2)
 	}
 	if c.RetryBase <= 0 {
 		c.RetryBase = time.Second
@@ -91,6 +99,12 @@ func (c *Config) defaults() {
 	}
 }
 
+// unrecordedPerWorker sizes the bound on attempts whose outcome is not yet
+// committed: enough that a busy write loop does not idle the workers at
+// thousands of attempts a second, small enough to bound a crash's
+// duplicates.
+const unrecordedPerWorker = 4
+
 // leaseMargin is added to an attempt's timeout for its lease.
 const leaseMargin = 30 * time.Second
 
@@ -105,11 +119,14 @@ type Dispatcher struct {
 	subs  map[string]*sub
 	order []string // round-robin order of subscriber ids
 	next  int      // where the next plan starts in order
-	// free counts global worker slots not in use. An attempt holds its
-	// slot until its outcome is committed, not just until its answer
-	// comes: attempts whose outcome is not yet durable never exceed
-	// Workers, and neither do the duplicates a crash can cause.
-	free int
+	// free counts worker slots not in use; an attempt gives its slot back
+	// when its answer comes. unrecorded counts attempts whose outcome is
+	// not yet committed (on the wire or waiting for the recorder): it is
+	// held under maxUnrecorded, which bounds what a crash can deliver twice
+	// without making every attempt wait for a commit before the next.
+	free          int
+	unrecorded    int
+	maxUnrecorded int
 	// attemptCtx outlives Run's context so shutdown can let attempts
 	// finish; cancelAttempts abandons them when the drain times out.
 	attemptCtx     context.Context
@@ -135,6 +152,11 @@ type sub struct {
 	signerAt time.Time    // the signer was built for the secrets valid then
 	bucket   bucket.State // the origin lane's
 	inflight int
+	// answered is when an attempt last answered, and answerTime a moving
+	// average of how long attempts take to answer: together they tell a
+	// fast subscriber (FastSubscriber cap) from a slow or stalled one.
+	answered   time.Time
+	answerTime time.Duration
 
 	// The edge lane: the origin paces itself with its own copy of the
 	// Worker's bucket so that deferrals stay rare; the Worker's is the truth.
@@ -155,14 +177,15 @@ type sub struct {
 func New(l *ledger.Ledger, cfg Config) *Dispatcher {
 	cfg.defaults()
 	d := &Dispatcher{
-		cfg:     cfg,
-		ledger:  l,
-		wake:    make(chan struct{}, 1),
-		results: make(chan outcome, 4096),
-		subs:    map[string]*sub{},
-		dirty:   map[string]struct{}{},
-		free:    cfg.Workers,
-		idle:    make(chan struct{}),
+		cfg:           cfg,
+		ledger:        l,
+		wake:          make(chan struct{}, 1),
+		results:       make(chan outcome, 4096),
+		subs:          map[string]*sub{},
+		dirty:         map[string]struct{}{},
+		free:          cfg.Workers,
+		maxUnrecorded: unrecordedPerWorker * cfg.Workers,
+		idle:          make(chan struct{}),
 	}
 	d.attemptCtx, d.cancelAttempts = context.WithCancel(context.Background())
 	l.SetAdmitter(d)
@@ -434,7 +457,7 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 // that lets claims run ahead so a commit never leaves its workers idle.
 func (d *Dispatcher) roomLocked(s *sub, limit int) int {
 	room := limit - s.inflight - len(s.queue) - s.admitted
-	if limit == d.cfg.PerSubscriber {
+	if limit >= d.cfg.PerSubscriber {
 		room += d.cfg.Prefetch
 	}
 	return room
@@ -513,9 +536,33 @@ func (d *Dispatcher) limitLocked(s *sub, now time.Time) (int, time.Time) {
 		d.persistState(s)
 	}
 	if limit == breaker.Unlimited {
+		if s.fast(now) {
+			return d.cfg.FastSubscriber, until
+		}
 		return d.cfg.PerSubscriber, until
 	}
 	return limit, until
+}
+
+// fastAnswer is the answer time under which a subscriber counts as fast.
+const fastAnswer = 50 * time.Millisecond
+
+// fast reports whether the subscriber's attempts have been answering within
+// fastAnswer, and still are: one with attempts out and no answer for that
+// long is treated as slow at once, before its average catches up.
+func (s *sub) fast(now time.Time) bool {
+	return s.answerTime > 0 && s.answerTime < fastAnswer && (s.inflight == 0 || now.Sub(s.answered) < fastAnswer)
+}
+
+// noteAnswer folds one attempt's answer time into the subscriber's average.
+func (s *sub) noteAnswer(took time.Duration, now time.Time) {
+	took = max(took, time.Microsecond)
+	if s.answerTime == 0 {
+		s.answerTime = took
+	} else {
+		s.answerTime += (took - s.answerTime) / 4
+	}
+	s.answered = now
 }
 
 // unplan forgets claims that failed to commit.
@@ -563,10 +610,10 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 	if d.stopping {
 		return
 	}
-	for progress := true; progress && d.free > 0; {
+	for progress := true; progress && d.canStartLocked(); {
 		progress = false
 		for _, id := range d.order {
-			if d.free == 0 {
+			if !d.canStartLocked() {
 				return
 			}
 			s := d.subs[id]
@@ -584,6 +631,7 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			s.queue = s.queue[1:]
 			s.inflight++
 			d.free--
+			d.unrecorded++
 			d.running.Add(1)
 			if lane == ledger.LaneEdge {
 				go d.viaEdge(d.attemptCtx, s.cfg, d.signerLocked(s, now), c, s.edgeRate)
@@ -593,6 +641,12 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			progress = true
 		}
 	}
+}
+
+// canStartLocked reports whether a worker is free and the outcomes not yet
+// committed leave room for one more.
+func (d *Dispatcher) canStartLocked() bool {
+	return d.free > 0 && d.unrecorded < d.maxUnrecorded
 }
 
 // holdLocked empties the queue of a subscriber that may not send now
@@ -632,8 +686,8 @@ func releases(cs []ledger.Claimed, at time.Time) []ledger.Result {
 	return out
 }
 
-// outcome is a result on its way to the ledger. held says it still holds
-// the worker slot of the attempt that produced it.
+// outcome is a result on its way to the ledger. held says it is an
+// attempt's, counted in unrecorded until committed.
 type outcome struct {
 	ledger.Result
 	held bool
@@ -647,7 +701,7 @@ func (d *Dispatcher) release(rs []ledger.Result) {
 }
 
 // finish hands an attempt's result (first) and any releases it caused to
-// the recorder; the attempt's worker slot is freed once they are committed.
+// the recorder; the attempt stops counting as unrecorded once they are committed.
 func (d *Dispatcher) finish(rs []ledger.Result) {
 	d.results <- outcome{Result: rs[0], held: true}
 	d.release(rs[1:])

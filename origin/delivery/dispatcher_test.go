@@ -199,6 +199,85 @@ func TestSlowAndFailingSubscribersDoNotDelayAFastOne(t *testing.T) {
 	}
 }
 
+// A subscriber whose attempts answer at once may use FastSubscriber workers
+// (8 here), not PerSubscriber (4): its cap is there to stop it holding
+// workers, and it gives them straight back.
+func TestFastSubscriberUsesMoreWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, 4 })
+	var now, peak atomic.Int64
+	release := make(chan struct{})
+	rc := newReceiver(t, b.clock, func(r *http.Request, n int) (int, http.Header) {
+		if n == 1 {
+			return http.StatusOK, nil // answered at once: the subscriber is fast
+		}
+		c := now.Add(1)
+		defer now.Add(-1)
+		for m := peak.Load(); c > m && !peak.CompareAndSwap(m, c); m = peak.Load() {
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return http.StatusOK, nil
+	})
+	t.Cleanup(func() { close(release) })
+	b.subscriber("s", rc.URL, nil)
+	b.send("first", "t", 1)
+	b.settle()
+	if rc.count() != 1 {
+		t.Fatalf("%d requests, want the first delivery", rc.count())
+	}
+
+	b.send("e", "t", 30)
+	waitFor(t, 3*time.Second, "8 attempts in flight", func() bool { return now.Load() == 8 })
+	idle := b.d.Idle()
+	b.d.poke()
+	<-idle // the loop has looked again and found nothing it may start
+	if n := b.d.Snapshot()["s"].Inflight; n != 8 {
+		t.Fatalf("the dispatcher holds %d attempts in flight, want FastSubscriber = 8", n)
+	}
+	if p := peak.Load(); p != 8 {
+		t.Fatalf("%d attempts in flight at most, want FastSubscriber = 8", p)
+	}
+}
+
+// The fast cap follows how quickly attempts answer, and a subscriber with
+// attempts out that has not answered for fastAnswer loses it at once.
+func TestFastSubscriberTracksAnswerTimes(t *testing.T) {
+	var s sub
+	if s.fast(t0) {
+		t.Fatal("a subscriber that never answered counts as fast")
+	}
+	s.noteAnswer(2*time.Millisecond, t0)
+	if !s.fast(t0) {
+		t.Fatal("a 2ms answer does not make a subscriber fast")
+	}
+	s.inflight = 3
+	if !s.fast(t0.Add(fastAnswer - time.Millisecond)) {
+		t.Fatal("attempts out for less than fastAnswer made it slow")
+	}
+	if s.fast(t0.Add(fastAnswer)) {
+		t.Fatal("attempts out with no answer for fastAnswer still count as fast")
+	}
+	s.inflight = 0
+	if !s.fast(t0.Add(time.Hour)) {
+		t.Fatal("an idle fast subscriber lost its cap")
+	}
+	for range 3 {
+		s.noteAnswer(2*time.Second, t0)
+	}
+	if s.fast(t0) {
+		t.Fatalf("still fast after three 2s answers (average %v)", s.answerTime)
+	}
+	for range 20 {
+		s.noteAnswer(time.Millisecond, t0)
+	}
+	if !s.fast(t0) {
+		t.Fatalf("not fast again after twenty 1ms answers (average %v)", s.answerTime)
+	}
+}
+
 func TestDeadLetterAfterMaxAttemptsThenRetryAndRecover(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true, func(c *Config) {

@@ -173,8 +173,12 @@ func (d *Dispatcher) settleLane(subID string, res ledger.Result, now time.Time, 
 	defer d.mu.Unlock()
 	defer d.poke()
 	out := []ledger.Result{res}
+	d.free++
 	if s, ok := d.subs[subID]; ok {
 		s.inflight--
+		if answered {
+			s.answered = now
+		}
 		if answered && res.NextAttemptAt.After(now) {
 			// An empty bucket until the Worker said: Refill waits for the clock.
 			s.edgeBucket = bucket.State{Last: res.NextAttemptAt}

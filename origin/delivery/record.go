@@ -44,11 +44,11 @@ func (d *Dispatcher) flush(batch []outcome) {
 			held++
 		}
 	}
-	// Whatever happens, the attempts' worker slots come back at the end:
-	// after the commit, or when shutting down.
+	// Whatever happens, the attempts stop counting as unrecorded at the
+	// end: after the commit, or when shutting down.
 	defer func() {
 		d.mu.Lock()
-		d.free += held
+		d.unrecorded -= held
 		d.dispatchLocked(d.cfg.Clock.Now())
 		d.mu.Unlock()
 	}()

