@@ -195,7 +195,7 @@ func (l *Ledger) Record(ctx context.Context, results []Result, states []Subscrib
 			args = append(args, r.Seq, a.Number, r.SubscriberID, ms(a.At), string(a.Lane), a.StatusCode,
 				a.Error, a.DurationMS, ra, a.Response)
 		}
-		if err := w.insert(ctx, insertAttempts, nil, args, nil); err != nil {
+		if err := w.insert(ctx, insertAttempts, args, nil); err != nil {
 			return err
 		}
 		for _, r := range rows {

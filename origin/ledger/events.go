@@ -44,6 +44,10 @@ type Admitter interface {
 	Unadmit(reserved map[string]int)
 }
 
+// oneByOne is how many in-flight deliveries an enqueue inserts a row at a
+// time rather than in one statement with RETURNING.
+const oneByOne = 4
+
 // SetAdmitter installs the dispatcher's hand-off; call before any Enqueue.
 func (l *Ledger) SetAdmitter(a Admitter) { l.admitter = a }
 
@@ -62,20 +66,31 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates
 		reserved, handoff = map[string]int{}, nil
 		now := ms(w.now)
 		inserted := make(map[string]int64, len(events))
-		args := make([]any, 0, 3*len(events))
-		for _, e := range events {
-			args = append(args, e.ID, e.Type, e.Body)
-		}
-		if err := w.insert(ctx, insertEvents, now, args, func(rows *sql.Rows) error {
-			var seq int64
-			var id string
-			if err := rows.Scan(&seq, &id); err != nil {
+		if len(events) == 1 {
+			e := events[0]
+			seq, ok, err := w.insertOne(ctx, insertEvents, e.ID, e.Type, e.Body, now)
+			if err != nil {
 				return err
 			}
-			inserted[id] = seq
-			return nil
-		}); err != nil {
-			return err
+			if ok {
+				inserted[e.ID] = seq
+			}
+		} else {
+			args := make([]any, 0, insertEvents.perRow*len(events))
+			for _, e := range events {
+				args = append(args, e.ID, e.Type, e.Body, now)
+			}
+			if err := w.insert(ctx, insertEvents, args, func(rows *sql.Rows) error {
+				var seq int64
+				var id string
+				if err := rows.Scan(&seq, &id); err != nil {
+					return err
+				}
+				inserted[id] = seq
+				return nil
+			}); err != nil {
+				return err
+			}
 		}
 		type pair struct {
 			sub   string
@@ -115,12 +130,12 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates
 		for _, p := range fan {
 			if taken[p.sub] < reserved[p.sub] {
 				taken[p.sub]++
-				inflight = append(inflight, p.sub, p.seq, ms(leases[p.sub]))
+				inflight = append(inflight, p.sub, p.seq, now, now, now, ms(leases[p.sub]))
 				byEvent[p.seq] = p.event
 				res.Subscribers[p.sub]--
 				continue
 			}
-			pending = append(pending, p.sub, p.seq)
+			pending = append(pending, p.sub, p.seq, now, now, now)
 		}
 		for sub, n := range res.Subscribers {
 			if n == 0 {
@@ -128,19 +143,32 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates
 			}
 		}
 		if len(pending) > 0 {
-			if err := w.insert(ctx, insertDeliveries, now, pending, nil); err != nil {
+			if err := w.insert(ctx, insertDeliveries, pending, nil); err != nil {
 				return err
 			}
 		}
-		if len(inflight) > 0 {
-			if err := w.insert(ctx, insertInflight, now, inflight, func(rows *sql.Rows) error {
-				var c Claimed
-				if err := rows.Scan(&c.Seq, &c.SubscriberID, &c.eventSeq); err != nil {
+		hand := func(seq int64, sub string, eventSeq int64) {
+			e := events[byEvent[eventSeq]]
+			handoff = append(handoff, Claimed{Seq: seq, SubscriberID: sub, eventSeq: eventSeq,
+				EventID: e.ID, EventType: e.Type, Body: e.Body, CreatedAt: w.now})
+		}
+		if n := len(inflight) / insertInflight.perRow; n > 0 && n <= oneByOne {
+			for i := 0; i < len(inflight); i += insertInflight.perRow {
+				row := inflight[i : i+insertInflight.perRow]
+				seq, _, err := w.insertOne(ctx, insertInflight, row...)
+				if err != nil {
 					return err
 				}
-				e := events[byEvent[c.eventSeq]]
-				c.EventID, c.EventType, c.Body, c.CreatedAt = e.ID, e.Type, e.Body, w.now
-				handoff = append(handoff, c)
+				hand(seq, row[0].(string), row[1].(int64))
+			}
+		} else if n > 0 {
+			if err := w.insert(ctx, insertInflight, inflight, func(rows *sql.Rows) error {
+				var seq, eventSeq int64
+				var sub string
+				if err := rows.Scan(&seq, &sub, &eventSeq); err != nil {
+					return err
+				}
+				hand(seq, sub, eventSeq)
 				return nil
 			}); err != nil {
 				return err

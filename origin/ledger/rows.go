@@ -24,83 +24,64 @@ func chunks(n int) []int {
 	return out
 }
 
-// rowShape is a multi-row statement: head, then one row template per row
-// (with ?N placeholders numbered from 1 within the row and ?S for the
-// shared parameter, which comes first), then tail.
+// rowShape is a multi-row statement: head, then one row template per row,
+// then conflict and, when rows are wanted back, returning. Parameters are
+// plain ?s, so every row carries all of its own arguments: the driver looks
+// up each parameter's name, and with numbered ones SQLite finds a name by
+// walking the list of them, which is quadratic in a 256-row statement.
 type rowShape struct {
 	name      string
 	head      string
 	row       string
-	tail      string
 	perRow    int
-	hasShared bool
+	conflict  string
+	returning string
 }
 
-func (s rowShape) sql(rows int) string {
+func (s rowShape) sql(rows int, returning bool) string {
 	var b strings.Builder
 	b.WriteString(s.head)
-	base := 0
-	if s.hasShared {
-		base = 1
-	}
 	for i := range rows {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		writeRow(&b, s.row, base+i*s.perRow)
+		b.WriteString(s.row)
 	}
-	b.WriteString(s.tail)
+	b.WriteString(s.conflict)
+	if returning {
+		b.WriteString(s.returning)
+	}
 	return b.String()
 }
 
 var (
 	insertEvents = rowShape{name: "events",
 		head: `INSERT INTO events (id, type, body, created_at) VALUES `,
-		row:  `(?1,?2,?3,?S)`, perRow: 3, hasShared: true,
-		tail: ` ON CONFLICT (id) DO NOTHING RETURNING seq, id`}
+		row:  `(?,?,?,?)`, perRow: 4,
+		conflict: ` ON CONFLICT (id) DO NOTHING`, returning: ` RETURNING seq, id`}
 	insertDeliveries = rowShape{name: "deliveries",
 		head: `INSERT INTO deliveries (subscriber_id, event_seq, status, next_attempt_at, created_at, updated_at) VALUES `,
-		row:  `(?1,?2,'pending',?S,?S,?S)`, perRow: 2, hasShared: true}
+		row:  `(?,?,'pending',?,?,?)`, perRow: 5}
 	insertInflight = rowShape{name: "inflight",
 		head: `INSERT INTO deliveries (subscriber_id, event_seq, status, next_attempt_at, created_at, updated_at, lease_until) VALUES `,
-		row:  `(?1,?2,'inflight',?S,?S,?S,?3)`, perRow: 3, hasShared: true,
-		tail: ` RETURNING seq, subscriber_id, event_seq`}
+		row:  `(?,?,'inflight',?,?,?,?)`, perRow: 6,
+		returning: ` RETURNING seq, subscriber_id, event_seq`}
 	insertAttempts = rowShape{name: "attempts",
 		head: `INSERT OR IGNORE INTO attempts (delivery_seq, number, subscriber_id, at, lane, status_code,
 			error, duration_ms, retry_after_ms, response) VALUES `,
-		row: `(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)`, perRow: 10}
+		row: `(?,?,?,?,?,?,?,?,?,?)`, perRow: 10}
 )
 
-// writeRow copies a row template, renumbering ?N to ?(offset+N) and ?S to ?1.
-func writeRow(b *strings.Builder, row string, offset int) {
-	for i := 0; i < len(row); i++ {
-		c := row[i]
-		if c != '?' || i+1 >= len(row) {
-			b.WriteByte(c)
-			continue
-		}
-		if row[i+1] == 'S' {
-			b.WriteString("?1")
-			i++
-			continue
-		}
-		j := i + 1
-		for j < len(row) && row[j] >= '0' && row[j] <= '9' {
-			j++
-		}
-		n, _ := strconv.Atoi(row[i+1 : j])
-		b.WriteString("?" + strconv.Itoa(offset+n))
-		i = j - 1
-	}
-}
-
 // stmt returns the writer's prepared statement for rows rows of shape.
-func (w *writer) stmt(ctx context.Context, shape rowShape, rows int) (*sql.Stmt, error) {
+func (w *writer) stmt(ctx context.Context, shape rowShape, rows int, returning bool) (*sql.Stmt, error) {
 	key := shape.name + "/" + strconv.Itoa(rows)
+	if returning {
+		key += "/returning"
+	}
 	if st, ok := w.s.cache[key]; ok {
 		return st, nil
 	}
-	st, err := w.conn.PrepareContext(ctx, shape.sql(rows))
+	st, err := w.conn.PrepareContext(ctx, shape.sql(rows, returning))
 	if err != nil {
 		return nil, err
 	}
@@ -109,20 +90,17 @@ func (w *writer) stmt(ctx context.Context, shape rowShape, rows int) (*sql.Stmt,
 	return st, nil
 }
 
-// insert writes rows (perRow args each) of shape with the shared argument,
-// calling each for every row a RETURNING clause yields.
-func (w *writer) insert(ctx context.Context, shape rowShape, shared any, args []any, each func(*sql.Rows) error) error {
+// insert writes rows (perRow args each) of shape, calling each for every
+// row its RETURNING clause yields when each is not nil.
+func (w *writer) insert(ctx context.Context, shape rowShape, args []any, each func(*sql.Rows) error) error {
 	off := 0
 	for _, n := range chunks(len(args) / shape.perRow) {
-		st, err := w.stmt(ctx, shape, n)
+		st, err := w.stmt(ctx, shape, n, each != nil)
 		if err != nil {
 			return err
 		}
 		part := args[off : off+n*shape.perRow]
 		off += n * shape.perRow
-		if shape.hasShared {
-			part = append([]any{shared}, part...)
-		}
 		if each == nil {
 			if _, err := st.ExecContext(ctx, part...); err != nil {
 				return err
@@ -134,4 +112,23 @@ func (w *writer) insert(ctx context.Context, shape rowShape, shared any, args []
 		}
 	}
 	return nil
+}
+
+// insertOne writes one row of shape and returns its rowid, or false when
+// the conflict clause skipped it. For a single row this is cheaper than
+// RETURNING, which SQLite answers from a temporary table.
+func (w *writer) insertOne(ctx context.Context, shape rowShape, args ...any) (int64, bool, error) {
+	st, err := w.stmt(ctx, shape, 1, false)
+	if err != nil {
+		return 0, false, err
+	}
+	res, err := st.ExecContext(ctx, args...)
+	if err != nil {
+		return 0, false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return 0, false, err
+	}
+	seq, err := res.LastInsertId()
+	return seq, err == nil, err
 }

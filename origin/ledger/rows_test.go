@@ -17,15 +17,23 @@ func TestChunksCoverEveryRowWithPreparedSizes(t *testing.T) {
 	}
 }
 
-func TestRowShapeNumbersParameters(t *testing.T) {
+func TestRowShapeRepeatsRows(t *testing.T) {
 	t.Parallel()
-	got := insertDeliveries.sql(2)
+	got := insertDeliveries.sql(2, false)
 	want := `INSERT INTO deliveries (subscriber_id, event_seq, status, next_attempt_at, created_at, updated_at) VALUES ` +
-		`(?2,?3,'pending',?1,?1,?1),(?4,?5,'pending',?1,?1,?1)`
+		`(?,?,'pending',?,?,?),(?,?,'pending',?,?,?)`
 	if got != want {
 		t.Fatalf("sql(2) =\n%s\nwant\n%s", got, want)
 	}
-	if got := insertAttempts.sql(2); !strings.Contains(got, "(?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)") {
-		t.Fatalf("second attempt row misnumbered: %s", got)
+	if got := insertEvents.sql(1, true); !strings.HasSuffix(got, `(?,?,?,?) ON CONFLICT (id) DO NOTHING RETURNING seq, id`) {
+		t.Fatalf("events with RETURNING: %s", got)
+	}
+	if got := insertEvents.sql(1, false); strings.Contains(got, "RETURNING") {
+		t.Fatalf("events without RETURNING: %s", got)
+	}
+	for _, shape := range []rowShape{insertEvents, insertDeliveries, insertInflight, insertAttempts} {
+		if n := strings.Count(shape.row, "?"); n != shape.perRow {
+			t.Errorf("a row of %s has %d parameters, perRow says %d", shape.name, n, shape.perRow)
+		}
 	}
 }
