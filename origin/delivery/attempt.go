@@ -106,7 +106,7 @@ func (d *Dispatcher) settle(subID string, c ledger.Claimed, a *ledger.Attempt, r
 
 // outcomeLocked classifies an attempt: sent, retry at a time, or dead.
 func (d *Dispatcher) outcomeLocked(subID string, c ledger.Claimed, a *ledger.Attempt, retryAfter string, now time.Time) ledger.Result {
-	res := ledger.Result{Seq: c.Seq, SubscriberID: subID, Attempt: a}
+	res := ledger.Result{Seq: c.Seq, SubscriberID: subID, Attempt: a, EnqueuedAt: c.CreatedAt}
 	ok := a.Error == "" && a.StatusCode >= 200 && a.StatusCode < 300
 	s, known := d.subs[subID]
 	if !known {

@@ -167,6 +167,7 @@ type Result struct {
 	Released      bool   // a release rather than a deferral: nothing is counted
 	Status        Status // sent, pending (retry) or dead
 	NextAttemptAt time.Time
+	EnqueuedAt    time.Time // when the delivery was created, for the stats window's latency
 }
 
 // Record writes attempt outcomes and the subscriber states they changed, in
@@ -183,11 +184,19 @@ func (l *Ledger) Record(ctx context.Context, results []Result, states []Subscrib
 			rows = append(rows, r)
 		}
 		var args []any
+		sentBy := map[string]int64{}
+		entries := make([]windowEntry, 0, len(rows))
 		for _, r := range rows {
 			a := r.Attempt
 			if a == nil {
 				continue
 			}
+			e := windowEntry{subscriber: r.SubscriberID, attempt: true,
+				success: a.Error == "" && a.StatusCode >= 200 && a.StatusCode < 300}
+			if r.Status == StatusSent && !r.EnqueuedAt.IsZero() {
+				e.delivered, e.latency = true, w.now.Sub(r.EnqueuedAt)
+			}
+			entries = append(entries, e)
 			var ra any
 			if a.RetryAfterMS != nil {
 				ra = *a.RetryAfterMS
@@ -207,6 +216,7 @@ func (l *Ledger) Record(ctx context.Context, results []Result, states []Subscrib
 				_, err = w.s.defer_.ExecContext(ctx, ms(r.NextAttemptAt), now, r.Seq)
 			case r.Status == StatusSent:
 				sent = append(sent, r.Seq)
+				sentBy[r.SubscriberID]++
 			case r.Status == StatusDead:
 				_, err = w.s.markDead.ExecContext(ctx, now, r.Attempt.summary(), r.Seq)
 			default:
@@ -218,10 +228,14 @@ func (l *Ledger) Record(ctx context.Context, results []Result, states []Subscrib
 		}
 		if len(sent) > 0 {
 			js, _ := json.Marshal(sent)
-			if _, err := w.s.markSent.ExecContext(ctx, now, string(js)); err != nil {
+			res, err := w.s.markSent.ExecContext(ctx, now, string(js))
+			if err != nil {
 				return err
 			}
+			marked, err := res.RowsAffected()
+			l.addSent(sentBy, err == nil && marked == int64(len(sent)))
 		}
+		w.after = append(w.after, func() { l.window.add(w.now, entries) })
 		for _, s := range states {
 			if _, ok := l.patterns[s.ID]; !ok {
 				continue

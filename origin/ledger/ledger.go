@@ -51,6 +51,9 @@ type Ledger struct {
 	baseChanges int64 // total_changes() once Open had finished its own writes
 	admitter    Admitter
 
+	sent   sentTotals
+	window windows
+
 	countsMu sync.Mutex // guards the last Counts answer
 	counts   map[string]*SubscriberStats
 	countsAt time.Time
@@ -140,6 +143,9 @@ func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
 	}
 	if err := l.loadPatterns(ctx); err != nil {
 		return fail(err)
+	}
+	if err := l.recountSent(ctx, l.wconn); err != nil {
+		return fail(fmt.Errorf("count sent deliveries: %w", err))
 	}
 	if err := l.wconn.QueryRowContext(ctx, `SELECT total_changes()`).Scan(&l.baseChanges); err != nil {
 		return fail(err)
@@ -300,8 +306,13 @@ func (l *Ledger) commit(batch []op) {
 		_, err := l.stmts.commit.ExecContext(ctx)
 		return err
 	}()
-	if err != nil {
+	if err == nil {
+		for _, f := range w.after {
+			f()
+		}
+	} else {
 		l.stmts.rollback.ExecContext(ctx)
+		l.staleSent()
 		// Ops may have updated patterns before the rollback undid them.
 		if lerr := l.loadPatterns(ctx); lerr != nil {
 			err = errors.Join(err, lerr)
@@ -318,9 +329,10 @@ func (l *Ledger) commit(batch []op) {
 // writer is what an op sees: the writer connection, its prepared statements,
 // and the batch's timestamp.
 type writer struct {
-	conn *sql.Conn
-	s    *statements
-	now  time.Time
+	conn  *sql.Conn
+	s     *statements
+	now   time.Time
+	after []func() // run in order once the batch has committed
 }
 
 func ms(t time.Time) int64 {

@@ -3,6 +3,8 @@ package ledger
 import (
 	"context"
 	"database/sql"
+	"maps"
+	"sync"
 	"time"
 )
 
@@ -17,68 +19,102 @@ type SubscriberStats struct {
 }
 
 // Stats counts deliveries by state for every subscriber and summarises the
-// attempts and deliveries since since.
+// attempts and deliveries since since (at most the last 5 minutes, to
+// 10 s; counted in memory since the process started).
 func (l *Ledger) Stats(ctx context.Context, since time.Time) (map[string]*SubscriberStats, error) {
 	out, err := l.Counts(ctx)
 	if err != nil {
 		return nil, err
 	}
-	get := func(id string) *SubscriberStats {
+	sent, err := l.sentCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for id, n := range sent {
 		s, ok := out[id]
 		if !ok {
 			s = &SubscriberStats{}
 			out[id] = s
 		}
-		return s
+		s.Sent = int(n)
 	}
-	err = collect(ctx, l.rdb, `SELECT subscriber_id, count(*) FROM deliveries WHERE status = 'sent' GROUP BY subscriber_id`,
-		nil, func(rows *sql.Rows) error {
-			var id string
-			var n int
-			if err := rows.Scan(&id, &n); err != nil {
-				return err
-			}
-			get(id).Sent = n
-			return nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	err = collect(ctx, l.rdb, `SELECT subscriber_id, count(*), sum(status_code BETWEEN 200 AND 299)
-		FROM attempts WHERE at >= ? GROUP BY subscriber_id`, []any{since.UnixMilli()}, func(rows *sql.Rows) error {
-		var id string
-		var n, ok int
-		if err := rows.Scan(&id, &n, &ok); err != nil {
-			return err
-		}
-		s := get(id)
-		s.Attempts, s.Successes = n, ok
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	lat := map[string][]int64{}
-	err = collect(ctx, l.rdb, `SELECT subscriber_id, sent_at - created_at AS lat FROM deliveries
-		WHERE status = 'sent' AND sent_at >= ? ORDER BY subscriber_id, lat`, []any{since.UnixMilli()}, func(rows *sql.Rows) error {
-		var id string
-		var v int64
-		if err := rows.Scan(&id, &v); err != nil {
-			return err
-		}
-		lat[id] = append(lat[id], v)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	for id, v := range lat {
-		s := get(id)
-		s.Delivered = len(v)
-		s.P50 = time.Duration(percentile(v, 0.50)) * time.Millisecond
-		s.P99 = time.Duration(percentile(v, 0.99)) * time.Millisecond
-	}
+	l.window.fill(out, since, l.now())
 	return out, nil
+}
+
+// sentTotals counts sent deliveries per subscriber in memory. Sent is
+// final, so Record adds what it marks; the count taken at Open sets them,
+// and a batch rolled back (or a mark that did not add up) makes them stale
+// until a recount. Every change happens in the write loop, in step with
+// the rows it counts.
+type sentTotals struct {
+	mu    sync.Mutex
+	n     map[string]int64
+	stale bool
+}
+
+const countSent = `SELECT subscriber_id, count(*) FROM deliveries WHERE status = 'sent' GROUP BY subscriber_id`
+
+// recountSent sets the totals from the rows; call from the write loop (or
+// before it starts).
+func (l *Ledger) recountSent(ctx context.Context, c interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}) error {
+	n := map[string]int64{}
+	err := collect(ctx, c, countSent, nil, func(rows *sql.Rows) error {
+		var id string
+		var k int64
+		if err := rows.Scan(&id, &k); err != nil {
+			return err
+		}
+		n[id] = k
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	l.sent.mu.Lock()
+	l.sent.n, l.sent.stale = n, false
+	l.sent.mu.Unlock()
+	return nil
+}
+
+// sentCounts returns the sent totals, recounting them first if stale.
+func (l *Ledger) sentCounts(ctx context.Context) (map[string]int64, error) {
+	l.sent.mu.Lock()
+	stale := l.sent.stale
+	l.sent.mu.Unlock()
+	if stale {
+		if err := l.write(ctx, func(ctx context.Context, w *writer) error {
+			return l.recountSent(ctx, w.conn)
+		}); err != nil {
+			return nil, err
+		}
+	}
+	l.sent.mu.Lock()
+	defer l.sent.mu.Unlock()
+	return maps.Clone(l.sent.n), nil
+}
+
+// addSent adds marks to the totals (in the write loop); exact is false
+// when the rows marked did not match the results.
+func (l *Ledger) addSent(marks map[string]int64, exact bool) {
+	l.sent.mu.Lock()
+	defer l.sent.mu.Unlock()
+	if !exact {
+		l.sent.stale = true
+		return
+	}
+	for id, k := range marks {
+		l.sent.n[id] += k
+	}
+}
+
+// staleSent marks the totals for a recount (a batch rolled back).
+func (l *Ledger) staleSent() {
+	l.sent.mu.Lock()
+	l.sent.stale = true
+	l.sent.mu.Unlock()
 }
 
 // Counts counts only pending, inflight and dead deliveries per subscriber.
@@ -135,13 +171,4 @@ func copyStats(m map[string]*SubscriberStats) map[string]*SubscriberStats {
 		out[k] = &c
 	}
 	return out
-}
-
-// percentile returns the nearest-rank percentile of sorted values.
-func percentile(sorted []int64, p float64) int64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p*float64(len(sorted))+0.999999) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
 }

@@ -165,8 +165,20 @@ func (l *Ledger) DeleteSubscriber(ctx context.Context, id string) error {
 			}
 		}
 		delete(l.patterns, id)
+		w.after = append(w.after, func() { l.forgetSubscriber(id) })
 		return nil
 	})
+}
+
+// forgetSubscriber drops a removed subscriber's in-memory numbers.
+func (l *Ledger) forgetSubscriber(id string) {
+	l.sent.mu.Lock()
+	delete(l.sent.n, id)
+	l.sent.mu.Unlock()
+	l.window.forget(id)
+	l.countsMu.Lock()
+	l.counts = nil // its rows are gone: count afresh
+	l.countsMu.Unlock()
 }
 
 // SubscriberState is what the dispatcher persists when a result changes a

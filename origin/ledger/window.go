@@ -1,0 +1,160 @@
+package ledger
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// The stats window (attempts, successes and enqueue-to-delivery latency of
+// the last minutes) is counted in memory as outcomes commit, not queried
+// from indexes on attempts.at and deliveries.sent_at: those two indexes
+// cost a b-tree insert each per delivery on the hot path, for a read an
+// operator makes every few seconds. The window starts empty when the
+// process starts.
+
+const (
+	slotWidth   = 10 * time.Second
+	windowSlots = 31 // 5 minutes of 10 s slots, plus the one being filled
+	maxWindow   = (windowSlots - 1) * slotWidth
+
+	// Latencies up to linearMS are counted per millisecond; above, in
+	// buckets 5% wide up to an hour, so a percentile is off by under 5%.
+	linearMS     = 64
+	growth       = 1.05
+	logBuckets   = 225 // 64 ms · 1.05^225 > 1 h
+	latencySlots = linearMS + logBuckets + 1
+)
+
+// slot is one slotWidth of a subscriber's outcomes.
+type slot struct {
+	n                              int64 // the slot's number: unix time / slotWidth
+	attempts, successes, delivered int
+	latency                        [latencySlots]uint32
+}
+
+// windows holds each subscriber's recent slots.
+type windows struct {
+	mu   sync.Mutex
+	subs map[string]*[windowSlots]slot
+}
+
+// windowEntry is one committed result as the window counts it.
+type windowEntry struct {
+	subscriber string
+	attempt    bool // an attempt was made (not a deferral or a release)
+	success    bool
+	delivered  bool
+	latency    time.Duration // enqueue to delivery, when delivered
+}
+
+func (w *windows) add(at time.Time, entries []windowEntry) {
+	n := at.UnixNano() / int64(slotWidth)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.subs == nil {
+		w.subs = map[string]*[windowSlots]slot{}
+	}
+	for _, e := range entries {
+		ring, ok := w.subs[e.subscriber]
+		if !ok {
+			ring = new([windowSlots]slot)
+			w.subs[e.subscriber] = ring
+		}
+		s := &ring[n%windowSlots]
+		if s.n != n {
+			*s = slot{n: n}
+		}
+		if e.attempt {
+			s.attempts++
+			if e.success {
+				s.successes++
+			}
+		}
+		if e.delivered {
+			s.delivered++
+			s.latency[latencyBucket(e.latency)]++
+		}
+	}
+}
+
+// forget drops a removed subscriber's window.
+func (w *windows) forget(id string) {
+	w.mu.Lock()
+	delete(w.subs, id)
+	w.mu.Unlock()
+}
+
+// windowStats sums each subscriber's slots that start at or after since
+// (to the slot: up to slotWidth more than asked) and fills the window
+// fields of out.
+func (w *windows) fill(out map[string]*SubscriberStats, since, now time.Time) {
+	if now.Sub(since) > maxWindow {
+		since = now.Add(-maxWindow)
+	}
+	from := since.UnixNano() / int64(slotWidth)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, ring := range w.subs {
+		var hist [latencySlots]uint64
+		st := SubscriberStats{}
+		for i := range ring {
+			s := &ring[i]
+			if s.n < from || s.n == 0 {
+				continue
+			}
+			st.Attempts += s.attempts
+			st.Successes += s.successes
+			st.Delivered += s.delivered
+			for b, c := range s.latency {
+				hist[b] += uint64(c)
+			}
+		}
+		if st.Attempts == 0 && st.Delivered == 0 {
+			continue
+		}
+		o, ok := out[id]
+		if !ok {
+			o = &SubscriberStats{}
+			out[id] = o
+		}
+		o.Attempts, o.Successes, o.Delivered = st.Attempts, st.Successes, st.Delivered
+		o.P50 = histPercentile(&hist, st.Delivered, 0.50)
+		o.P99 = histPercentile(&hist, st.Delivered, 0.99)
+	}
+}
+
+// latencyBucket is the histogram bucket of d.
+func latencyBucket(d time.Duration) int {
+	ms := d.Milliseconds()
+	if ms < linearMS {
+		return int(max(ms, 0))
+	}
+	b := linearMS + int(math.Log(float64(ms)/linearMS)/math.Log(growth))
+	return min(b, latencySlots-1)
+}
+
+// bucketFloor is the smallest latency bucket b holds.
+func bucketFloor(b int) time.Duration {
+	if b < linearMS {
+		return time.Duration(b) * time.Millisecond
+	}
+	return time.Duration(math.Ceil(linearMS*math.Pow(growth, float64(b-linearMS)))) * time.Millisecond
+}
+
+// histPercentile is the nearest-rank percentile p of n counted latencies,
+// as the floor of its bucket.
+func histPercentile(hist *[latencySlots]uint64, n int, p float64) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	rank := uint64(max(1, int(math.Ceil(p*float64(n)))))
+	var seen uint64
+	for b, c := range hist {
+		seen += c
+		if seen >= rank {
+			return bucketFloor(b)
+		}
+	}
+	return bucketFloor(latencySlots - 1)
+}
