@@ -26,7 +26,7 @@ import (
 
 // Config is the dispatcher's policy; zero values take the defaults.
 type Config struct {
-	Workers       int // attempts in flight in total (default 64)
+	Workers       int // attempts in flight in total (default 256)
 	PerSubscriber int // attempts in flight per subscriber (default max(4, Workers/4))
 	// FastSubscriber is the in-flight cap of a subscriber that answers
 	// quickly (default max(PerSubscriber, Workers/2)): its attempts give
@@ -37,7 +37,7 @@ type Config struct {
 	RetryCap       time.Duration // full-jitter cap (default 30m)
 	Breaker        breaker.Settings
 	ClaimBatch     int           // most deliveries one subscriber gets per claim (default 256)
-	Prefetch       int           // deliveries a subscriber may have claimed beyond its cap (default 64)
+	Prefetch       int           // deliveries a subscriber may have claimed beyond its cap (default 256)
 	DrainTimeout   time.Duration // how long Run waits for attempts in flight at shutdown (default 30s)
 	UserAgent      string
 
@@ -77,7 +77,7 @@ func (c *Config) defaults() {
 		c.ClaimBatch = 256
 	}
 	if c.Prefetch <= 0 {
-		c.Prefetch = 64
+		c.Prefetch = 256
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 30 * time.Second

@@ -58,10 +58,12 @@ type ClaimResult struct {
 }
 
 // Claim moves due deliveries to inflight for each request, in one commit.
+// Each request reads its due deliveries with their events in one query and
+// marks them in one update: cheaper than an UPDATE … RETURNING, which SQLite
+// answers from a temporary table, followed by a second read for the bodies.
 func (l *Ledger) Claim(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
 	out := make([]ClaimResult, len(reqs))
 	err := l.write(ctx, func(ctx context.Context, w *writer) error {
-		var seqs []int64
 		for i, r := range reqs {
 			res := &out[i]
 			*res = ClaimResult{}
@@ -69,20 +71,29 @@ func (l *Ledger) Claim(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult,
 				res.Drained = true
 				continue
 			}
-			err := collectStmt(ctx, w.s.claim, []any{ms(r.LeaseUntil), ms(w.now), r.SubscriberID, ms(r.Now), r.Max},
-				func(rows *sql.Rows) error {
-					var c Claimed
-					var evSeq, created int64
-					if err := rows.Scan(&c.Seq, &evSeq, &c.Attempts, &c.BudgetFrom, &c.Deferrals, &created); err != nil {
-						return err
-					}
-					c.SubscriberID, c.CreatedAt, c.eventSeq = r.SubscriberID, fromMS(created), evSeq
-					res.Deliveries = append(res.Deliveries, c)
-					seqs = append(seqs, evSeq)
-					return nil
-				})
+			var seqs []int64
+			err := collectStmt(ctx, w.s.due, []any{r.SubscriberID, ms(r.Now), r.Max}, func(rows *sql.Rows) error {
+				c := Claimed{SubscriberID: r.SubscriberID}
+				var created int64
+				if err := rows.Scan(&c.Seq, &c.eventSeq, &c.Attempts, &c.BudgetFrom, &c.Deferrals, &created,
+					&c.EventID, &c.EventType, &c.Body); err != nil {
+					return err
+				}
+				c.CreatedAt = fromMS(created)
+				res.Deliveries = append(res.Deliveries, c)
+				seqs = append(seqs, c.Seq)
+				return nil
+			})
 			if err != nil {
 				return err
+			}
+			if len(seqs) > 0 {
+				js, _ := json.Marshal(seqs)
+				if _, err := w.s.claim.ExecContext(ctx, ms(r.LeaseUntil), ms(w.now), string(js)); err != nil {
+					return err
+				}
+				// Attempt oldest first.
+				sort.Slice(res.Deliveries, func(a, b int) bool { return res.Deliveries[a].Seq < res.Deliveries[b].Seq })
 			}
 			if len(res.Deliveries) < r.Max {
 				res.Drained = true
@@ -95,51 +106,9 @@ func (l *Ledger) Claim(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult,
 				}
 			}
 		}
-		if len(seqs) == 0 {
-			return nil
-		}
-		// Attach event bodies: one read for the whole claim.
-		seqJSON, _ := json.Marshal(uniq(seqs))
-		type ev struct {
-			id, typ string
-			body    []byte
-		}
-		events := make(map[int64]ev, len(seqs))
-		if err := collectStmt(ctx, w.s.eventsBySeq, []any{string(seqJSON)}, func(rows *sql.Rows) error {
-			var seq int64
-			var e ev
-			if err := rows.Scan(&seq, &e.id, &e.typ, &e.body); err != nil {
-				return err
-			}
-			events[seq] = e
-			return nil
-		}); err != nil {
-			return err
-		}
-		for i := range out {
-			ds := out[i].Deliveries
-			for j := range ds {
-				e := events[ds[j].eventSeq]
-				ds[j].EventID, ds[j].EventType, ds[j].Body = e.id, e.typ, e.body
-			}
-			// RETURNING order is unspecified; attempt oldest first.
-			sort.Slice(ds, func(a, b int) bool { return ds[a].Seq < ds[b].Seq })
-		}
 		return nil
 	})
 	return out, err
-}
-
-func uniq(v []int64) []int64 {
-	seen := make(map[int64]struct{}, len(v))
-	out := v[:0:0]
-	for _, x := range v {
-		if _, ok := seen[x]; !ok {
-			seen[x] = struct{}{}
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 func collectStmt(ctx context.Context, st *sql.Stmt, args []any, each func(*sql.Rows) error) error {

@@ -8,8 +8,8 @@ import (
 
 // statements are the writer's hot statements, prepared once on its connection.
 type statements struct {
+	due          *sql.Stmt
 	claim        *sql.Stmt
-	eventsBySeq  *sql.Stmt
 	nextDue      *sql.Stmt
 	markSent     *sql.Stmt
 	reschedule   *sql.Stmt
@@ -36,12 +36,12 @@ func (s *statements) prepare(ctx context.Context, c *sql.Conn) error {
 		}
 		return st
 	}
+	s.due = p(`SELECT d.seq, d.event_seq, d.attempts, d.budget_from, d.deferrals, d.created_at, e.id, e.type, e.body
+		FROM deliveries d JOIN events e ON e.seq = d.event_seq
+		WHERE d.subscriber_id = ?1 AND d.status = 'pending' AND d.next_attempt_at <= ?2
+		ORDER BY d.next_attempt_at LIMIT ?3`)
 	s.claim = p(`UPDATE deliveries SET status = 'inflight', lease_until = ?1, updated_at = ?2
-		WHERE seq IN (SELECT seq FROM deliveries
-			WHERE subscriber_id = ?3 AND status = 'pending' AND next_attempt_at <= ?4
-			ORDER BY next_attempt_at LIMIT ?5)
-		RETURNING seq, event_seq, attempts, budget_from, deferrals, created_at`)
-	s.eventsBySeq = p(`SELECT seq, id, type, body FROM events WHERE seq IN (SELECT value FROM json_each(?1))`)
+		WHERE seq IN (SELECT value FROM json_each(?3))`)
 	s.nextDue = p(`SELECT min(next_attempt_at) FROM deliveries WHERE subscriber_id = ?1 AND status = 'pending'`)
 	s.markSent = p(`UPDATE deliveries SET status = 'sent', attempts = attempts + 1, sent_at = ?1, updated_at = ?1,
 		lease_until = NULL, last_error = '' WHERE seq IN (SELECT value FROM json_each(?2)) AND status = 'inflight'`)
