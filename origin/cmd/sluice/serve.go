@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -93,6 +94,20 @@ func newLogger(format, level string, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// tuneGC lets the heap grow to five times what is live before collecting
+// (GOGC=400) under a 256 MiB soft limit, unless GOGC or GOMEMLIMIT say
+// otherwise. sluice's live heap is small (a few MiB even with a million
+// deliveries pending: they wait in SQLite), and at the default the
+// collector ran dozens of times a second under load.
+func tuneGC(getenv func(string) string) {
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+	if getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(256 << 20)
+	}
+}
+
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs, c := serveFlags(stderr)
 	if err := parse(fs, args, getenv); err != nil {
@@ -105,6 +120,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	log := newLogger(c.logFormat, c.logLevel, stderr)
+	tuneGC(getenv)
 
 	l, err := ledger.Open(ctx, c.db, ledger.Options{})
 	if err != nil {
