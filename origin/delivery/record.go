@@ -9,7 +9,7 @@ import (
 )
 
 // recordBatch bounds how many outcomes share one ledger write.
-const recordBatch = 512
+const recordBatch = 128
 
 // record writes outcomes in batches until the results channel closes. A retry
 // becomes claimable only once its row is pending again, so the dispatcher
