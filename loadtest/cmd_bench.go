@@ -62,6 +62,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}
+	// The latency section runs this program's relay command as the floor.
+	if exe, err := os.Executable(); err == nil {
+		o.Relay = exe
+	}
 	if workers > 0 {
 		o.ServeArgs = append(o.ServeArgs, "--workers", strconv.Itoa(workers))
 	}

@@ -62,6 +62,7 @@ Commands:
   scenario chaos   kill -9 restarts of sluice and partner outages under load
   naive            the seed's naive loop against the canal partners, for comparison
   bench            this build's numbers on this machine in one table (what make bench runs)
+  relay            a bare HTTP relay with no ledger: the latency floor bench compares sluice with
 
 Run "go run ./loadtest <command> --help" for a command's flags.
 `
@@ -95,6 +96,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runNaive(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
+	case "relay":
+		return runRelay(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -21,6 +21,8 @@ func TestRunUsage(t *testing.T) {
 		{"scenario", "canal", "--events", "0"},
 		{"partner", "--behaviour", "grumpy"},
 		{"scenario", "chaos", "--kills", "0"},
+		{"relay"},
+		{"relay", "--to", "http://192.0.2.1/hook"},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(context.Background(), args, &out, &errOut); !errors.Is(err, errUsage) {
@@ -33,7 +35,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"flood", "--help"}, {"partner", "--help"}, {"scenario", "canal", "--help"},
-		{"scenario", "chaos", "--help"}, {"naive", "--help"},
+		{"scenario", "chaos", "--help"}, {"naive", "--help"}, {"relay", "--help"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), args, &out, &errOut)

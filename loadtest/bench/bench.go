@@ -26,7 +26,10 @@ import (
 // Options size one run; zero values take the defaults, which keep the
 // whole run under 4 minutes on 2 cores.
 type Options struct {
-	Sluice    string   // the sluice binary (required)
+	Sluice string // the sluice binary (required)
+	// Relay is a loadtest binary whose `relay` command the latency section
+	// runs as the machine's floor; empty skips that measurement.
+	Relay     string
 	ServeArgs []string // extra `sluice serve` flags, after --log-level warn
 	// Only lists the sections to run (default: all of Sections).
 	Only []string

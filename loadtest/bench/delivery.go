@@ -93,23 +93,87 @@ const latencyWarmUp = time.Second
 // runLatency offers LatencyRate single-event POSTs per second for a 1 s
 // warm-up plus LatencyFor, each event carrying the time it was sent, and
 // reports the enqueue→delivery percentiles the sink saw for events sent
-// after the warm-up.
+// after the warm-up. Then, when Options.Relay is set, it offers the same
+// load to a bare relay process (no ledger) and reports its percentiles
+// beside them: the floor this machine sets under that load.
 func runLatency(ctx context.Context, o *Options) (sectionResult, error) {
-	total := int(float64(o.LatencyRate) * (latencyWarmUp + o.LatencyFor).Seconds())
-	n, err := startNode(ctx, o)
+	r, note, err := latencyOfSluice(ctx, o)
 	if err != nil {
 		return sectionResult{}, err
+	}
+	label := fmt.Sprintf("at %s/s offered (%s achieved)", thousands(r.Offered), thousands(r.Achieved))
+	rows := []Row{
+		{
+			Metric: "p50 enqueue→delivery " + label, Value: num(time.Duration(r.P50).Seconds() * 1000), Unit: "ms",
+			Shown: report.Short(time.Duration(r.P50)),
+		},
+		{
+			Metric: "p99 enqueue→delivery " + label, Value: num(time.Duration(r.P99).Seconds() * 1000), Unit: "ms",
+			Shown: report.Short(time.Duration(r.P99)), Target: "≤ 10ms", Pass: mark(time.Duration(r.P99) <= 10*time.Millisecond),
+		},
+	}
+	notes := []string{"latency: " + note}
+	details := map[string]any{"sluice": r}
+	if o.Relay != "" {
+		f, fnote, err := latencyOfRelay(ctx, o)
+		if err != nil {
+			return sectionResult{}, fmt.Errorf("the bare relay: %w", err)
+		}
+		rows = append(rows, Row{
+			Metric: fmt.Sprintf("  the floor: a bare relay (no ledger) at %s/s, p50 / p99", thousands(f.Achieved)),
+			Value:  num(time.Duration(f.P99).Seconds() * 1000), Unit: "ms",
+			Shown: report.Short(time.Duration(f.P50)) + " / " + report.Short(time.Duration(f.P99)),
+		})
+		notes = append(notes, "floor: `loadtest relay` in its own process answers 202 at once and forwards each body to the same kind of sink, "+
+			"with nothing durable and no signature; the same clients offer it the same load: "+fnote)
+		details["relay"] = f
+	}
+	return sectionResult{rows: rows, notes: notes, details: details}, nil
+}
+
+// latencyOfSluice offers the fixed load to a fresh sluice with one fast
+// subscriber whose endpoint is the sink.
+func latencyOfSluice(ctx context.Context, o *Options) (latencyResult, string, error) {
+	n, err := startNode(ctx, o)
+	if err != nil {
+		return latencyResult{}, "", err
 	}
 	defer n.close()
 	sk, err := startSink(o.Now)
 	if err != nil {
-		return sectionResult{}, err
+		return latencyResult{}, "", err
 	}
 	defer sk.close()
 	if err := n.subscribe(ctx, subscriber{ID: "sink", URL: sk.url, PerSecond: fastRate, Burst: fastRate}); err != nil {
-		return sectionResult{}, n.fail(err)
+		return latencyResult{}, "", n.fail(err)
 	}
-	m0 := n.cpuMark()
+	r, note, err := offerLoad(ctx, o, n.postOne, sk, n.cpuMark, "sluice")
+	if err != nil {
+		return r, note, n.fail(err)
+	}
+	return r, note, nil
+}
+
+// latencyOfRelay offers the fixed load to a bare relay forwarding to a sink.
+func latencyOfRelay(ctx context.Context, o *Options) (latencyResult, string, error) {
+	sk, err := startSink(o.Now)
+	if err != nil {
+		return latencyResult{}, "", err
+	}
+	defer sk.close()
+	rl, err := startRelay(ctx, o.Relay, sk.url)
+	if err != nil {
+		return latencyResult{}, "", err
+	}
+	defer rl.close()
+	return offerLoad(ctx, o, rl.post, sk, func() cpuMark { return markCPU(o.Now, rl.pid()) }, "the relay")
+}
+
+// offerLoad runs the paced clients against post and reads the sink.
+func offerLoad(ctx context.Context, o *Options, post func(context.Context, []byte) error, sk *sink,
+	cpu func() cpuMark, name string) (latencyResult, string, error) {
+	total := int(float64(o.LatencyRate) * (latencyWarmUp + o.LatencyFor).Seconds())
+	m0 := cpu()
 	interval := time.Second / time.Duration(o.LatencyRate)
 	start := o.Now().Add(50 * time.Millisecond)
 	var (
@@ -138,7 +202,7 @@ func runLatency(ctx context.Context, o *Options) (sectionResult, error) {
 					return
 				}
 				sent := o.Now()
-				err := n.postOne(ctx, eventBody(nil, "lat", i, sent))
+				err := post(ctx, eventBody(nil, "lat", i, sent))
 				took := o.Now().Sub(sent)
 				mu.Lock()
 				count++
@@ -164,14 +228,14 @@ func runLatency(ctx context.Context, o *Options) (sectionResult, error) {
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		return sectionResult{}, ctx.Err()
+		return latencyResult{}, "", ctx.Err()
 	}
 	waitErr := sk.waitFor(ctx, total-failed, time.Minute)
-	m1 := n.cpuMark()
+	m1 := cpu()
 	_, samples, _ := sk.snapshot()
 	lat := latenciesFrom(samples, measuredFrom)
 	if len(lat) == 0 {
-		return sectionResult{}, n.fail(fmt.Errorf("no delivery of an event sent after the warm-up arrived (%v; first POST error: %v)", waitErr, firstErr))
+		return latencyResult{}, "", fmt.Errorf("no delivery of an event sent after the warm-up arrived (%v; first POST error: %v)", waitErr, firstErr)
 	}
 	slices.Sort(posts)
 	r := latencyResult{
@@ -181,26 +245,15 @@ func runLatency(ctx context.Context, o *Options) (sectionResult, error) {
 		Max: report.Millis(lat[len(lat)-1]), WarmUp: report.Millis(latencyWarmUp),
 		PostClock: report.Millis(report.Percentile(posts, 0.99)),
 	}
-	label := fmt.Sprintf("at %s/s offered (%s achieved)", thousands(r.Offered), thousands(r.Achieved))
-	rows := []Row{
-		{
-			Metric: "p50 enqueue→delivery " + label, Value: num(time.Duration(r.P50).Seconds() * 1000), Unit: "ms",
-			Shown: report.Short(time.Duration(r.P50)),
-		},
-		{
-			Metric: "p99 enqueue→delivery " + label, Value: num(time.Duration(r.P99).Seconds() * 1000), Unit: "ms",
-			Shown: report.Short(time.Duration(r.P99)), Target: "≤ 10ms", Pass: mark(time.Duration(r.P99) <= 10*time.Millisecond),
-		},
-	}
-	note := fmt.Sprintf("latency: %d clients pace single-event POSTs on a fixed schedule; each body carries its send time, the receiver "+
+	note := fmt.Sprintf("%d clients pace single-event POSTs on a fixed schedule; each body carries its send time, the receiver "+
 		"subtracts it on arrival (nearest-rank percentiles of %s events sent after a %s warm-up; max %s); %d sends were more than %s late, "+
 		"%d POSTs failed, POST p99 %s; %s",
 		latencyClients, thousands(float64(r.Measured)), report.Short(latencyWarmUp), report.Short(time.Duration(r.Max)),
-		late, report.Short(lateBy), failed, report.Short(time.Duration(r.PostClock)), cpuText(m0, m1))
+		late, report.Short(lateBy), failed, report.Short(time.Duration(r.PostClock)), cpuTextOf(name, m0, m1))
 	if waitErr != nil {
 		note += fmt.Sprintf("; NOT all arrived: %v", waitErr)
 	}
-	return sectionResult{rows: rows, notes: []string{note}, details: r}, nil
+	return r, note, nil
 }
 
 // latenciesFrom returns, sorted, the latencies of the samples sent at or

@@ -293,19 +293,26 @@ type cpuMark struct {
 	haveS, haveOwn bool
 }
 
-func (n *node) cpuMark() cpuMark {
-	m := cpuMark{at: n.now()}
-	m.sluice, m.haveS = procCPU(strconv.Itoa(n.inst.Pid()))
+func (n *node) cpuMark() cpuMark { return markCPU(n.now, n.inst.Pid()) }
+
+// markCPU reads the CPU time process pid (sluice, or the relay) and the
+// harness have used so far.
+func markCPU(now func() time.Time, pid int) cpuMark {
+	m := cpuMark{at: now()}
+	m.sluice, m.haveS = procCPU(strconv.Itoa(pid))
 	m.self, m.haveOwn = procCPU("self")
 	return m
 }
 
 // cpuText says how many cores sluice and the harness used between two
 // marks ("" where /proc is missing).
-func cpuText(a, b cpuMark) string {
+func cpuText(a, b cpuMark) string { return cpuTextOf("sluice", a, b) }
+
+// cpuTextOf is cpuText for the process called name.
+func cpuTextOf(name string, a, b cpuMark) string {
 	wall := b.at.Sub(a.at).Seconds()
 	if !a.haveS || !b.haveS || !a.haveOwn || !b.haveOwn || wall <= 0 {
 		return ""
 	}
-	return fmt.Sprintf("CPU: sluice %.2f cores, the harness %.2f", (b.sluice-a.sluice).Seconds()/wall, (b.self-a.self).Seconds()/wall)
+	return fmt.Sprintf("CPU: %s %.2f cores, the harness %.2f", name, (b.sluice-a.sluice).Seconds()/wall, (b.self-a.self).Seconds()/wall)
 }
