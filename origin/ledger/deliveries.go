@@ -63,7 +63,7 @@ type ClaimResult struct {
 // answers from a temporary table, followed by a second read for the bodies.
 func (l *Ledger) Claim(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult, error) {
 	out := make([]ClaimResult, len(reqs))
-	err := l.write(ctx, func(ctx context.Context, w *writer) error {
+	err := l.writeUrgent(ctx, func(ctx context.Context, w *writer) error {
 		for i, r := range reqs {
 			res := &out[i]
 			*res = ClaimResult{}

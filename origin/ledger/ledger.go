@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -228,6 +229,9 @@ func (l *Ledger) Ping(ctx context.Context) error {
 type op struct {
 	fn   func(ctx context.Context, w *writer) error
 	done chan error
+	// urgent ops (claims: workers may be idle until they commit) end a
+	// batch's linger at once.
+	urgent bool
 }
 
 // domainError reports whether err is one an op returns without having written.
@@ -243,7 +247,15 @@ const maxBatch = 256
 // Once submitted, it waits even if ctx ends: the batch may still commit, and
 // the caller must not report failure for a write that happened.
 func (l *Ledger) write(ctx context.Context, fn func(ctx context.Context, w *writer) error) error {
-	o := op{fn: fn, done: make(chan error, 1)}
+	return l.submit(ctx, op{fn: fn, done: make(chan error, 1)})
+}
+
+// writeUrgent is write for an op whose batch should not linger.
+func (l *Ledger) writeUrgent(ctx context.Context, fn func(ctx context.Context, w *writer) error) error {
+	return l.submit(ctx, op{fn: fn, done: make(chan error, 1), urgent: true})
+}
+
+func (l *Ledger) submit(ctx context.Context, o op) error {
 	select {
 	case l.ops <- o:
 	case <-l.quit:
@@ -254,9 +266,20 @@ func (l *Ledger) write(ctx context.Context, fn func(ctx context.Context, w *writ
 	return <-o.done
 }
 
+// A batch smaller than lingerBelow waits up to lingerFor for company: each
+// commit writes every page it touched to the WAL (two writes per page), so
+// under a stream of small writes fewer, fuller commits cost less CPU than
+// the wait adds in latency.
+const (
+	lingerBelow = 8
+	lingerFor   = 200 * time.Microsecond
+)
+
 func (l *Ledger) writeLoop() {
 	defer close(l.done)
 	batch := make([]op, 0, maxBatch)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		var first op
 		select {
@@ -281,6 +304,22 @@ func (l *Ledger) writeLoop() {
 			default:
 				break fill
 			}
+		}
+		if len(batch) < lingerBelow && !slices.ContainsFunc(batch, func(o op) bool { return o.urgent }) {
+			linger.Reset(lingerFor)
+		wait:
+			for len(batch) < maxBatch {
+				select {
+				case o := <-l.ops:
+					batch = append(batch, o)
+					if o.urgent {
+						break wait
+					}
+				case <-linger.C:
+					break wait
+				}
+			}
+			linger.Stop()
 		}
 		l.commit(batch)
 	}
