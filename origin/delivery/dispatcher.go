@@ -26,7 +26,7 @@ import (
 
 // Config is the dispatcher's policy; zero values take the defaults.
 type Config struct {
-	Workers       int // attempts in flight in total (default 256)
+	Workers       int // attempts in flight in total (default 64)
 	PerSubscriber int // attempts in flight per subscriber (default max(4, Workers/4))
 	// FastSubscriber is the in-flight cap of a subscriber that answers
 	// quickly (default max(PerSubscriber, Workers/2)): its attempts give
