@@ -3,7 +3,10 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -198,5 +201,36 @@ func TestRestartReturnsInflightToPending(t *testing.T) {
 	ds, _, err := l.Deliveries(ctx, DeliveryFilter{Limit: 10})
 	if err != nil || len(ds) != 1 || ds[0].Status != StatusPending {
 		t.Fatalf("after restart: %+v (%v), want one pending delivery", ds, err)
+	}
+}
+
+// The writer never checkpoints (its commits would stall behind the copy and
+// its fsyncs); the checkpoint loop copies the WAL back into the database
+// file on its own connection.
+func TestCheckpointerCopiesTheWALBack(t *testing.T) {
+	t.Parallel()
+	l, _, path := open(t)
+	addSubscriber(t, l, "s", "*")
+	size := func() int64 {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Size()
+	}
+	before := size()
+	events := make([]NewEvent, 2000)
+	for i := range events {
+		events[i] = NewEvent{ID: fmt.Sprintf("e%d", i), Type: "t", Body: []byte(`{"padding":"` + strings.Repeat("x", 200) + `"}`)}
+	}
+	if _, err := l.Enqueue(context.Background(), events, false); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for size() < before+256<<10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the database file is %d bytes (%d before 2,000 events): nothing was checkpointed", size(), before)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
