@@ -28,19 +28,11 @@ type throughputResult struct {
 // other, for one subscriber with a very high rate whose endpoint is the
 // loopback sink, and times the first enqueue to the last arrival.
 func runThroughput(ctx context.Context, o *Options) (sectionResult, error) {
-	n, err := startNode(ctx, o)
+	n, sk, stop, err := startWithSink(ctx, o, subscriber{ID: "sink", PerSecond: fastRate, Burst: fastRate})
 	if err != nil {
 		return sectionResult{}, err
 	}
-	defer n.close()
-	sk, err := startSink(o.Now)
-	if err != nil {
-		return sectionResult{}, err
-	}
-	defer sk.close()
-	if err := n.subscribe(ctx, subscriber{ID: "sink", URL: sk.url, PerSecond: fastRate, Burst: fastRate}); err != nil {
-		return sectionResult{}, n.fail(err)
-	}
+	defer stop()
 	m0 := n.cpuMark()
 	start := m0.at
 	if err := n.fire(ctx, "tput", 0, o.Backlog); err != nil {
@@ -134,19 +126,11 @@ func runLatency(ctx context.Context, o *Options) (sectionResult, error) {
 // latencyOfSluice offers the fixed load to a fresh sluice with one fast
 // subscriber whose endpoint is the sink.
 func latencyOfSluice(ctx context.Context, o *Options) (latencyResult, string, error) {
-	n, err := startNode(ctx, o)
+	n, sk, stop, err := startWithSink(ctx, o, subscriber{ID: "sink", PerSecond: fastRate, Burst: fastRate})
 	if err != nil {
 		return latencyResult{}, "", err
 	}
-	defer n.close()
-	sk, err := startSink(o.Now)
-	if err != nil {
-		return latencyResult{}, "", err
-	}
-	defer sk.close()
-	if err := n.subscribe(ctx, subscriber{ID: "sink", URL: sk.url, PerSecond: fastRate, Burst: fastRate}); err != nil {
-		return latencyResult{}, "", n.fail(err)
-	}
+	defer stop()
 	r, note, err := offerLoad(ctx, o, n.postOne, sk, n.cpuMark, "sluice")
 	if err != nil {
 		return r, note, n.fail(err)

@@ -36,19 +36,11 @@ type ingestResult struct {
 // against one sluice with one matching subscriber that is paused: every
 // event also writes its delivery row, and no delivery competes for the CPU.
 func runIngest(ctx context.Context, o *Options) (sectionResult, error) {
-	n, err := startNode(ctx, o)
+	n, _, stop, err := startWithSink(ctx, o, subscriber{ID: "held", PerSecond: 1000, Burst: 1000, Paused: true})
 	if err != nil {
 		return sectionResult{}, err
 	}
-	defer n.close()
-	sk, err := startSink(o.Now)
-	if err != nil {
-		return sectionResult{}, err
-	}
-	defer sk.close()
-	if err := n.subscribe(ctx, subscriber{ID: "held", URL: sk.url, PerSecond: 1000, Burst: 1000, Paused: true}); err != nil {
-		return sectionResult{}, n.fail(err)
-	}
+	defer stop()
 
 	m0 := n.cpuMark()
 	single := ingestLoop(ctx, o, o.IngestClients, maxSingleEvents, func(ctx context.Context, i int) (int, error) {

@@ -51,19 +51,11 @@ const claimHistogram = "sluice_claim_duration_seconds"
 // then unpauses it — a very high rate, a loopback receiver — and reads the
 // claim-latency histogram's growth over ClaimFor.
 func runPending(ctx context.Context, o *Options) (sectionResult, error) {
-	n, err := startNode(ctx, o)
+	n, sk, stop, err := startWithSink(ctx, o, subscriber{ID: "backlog", PerSecond: fastRate, Burst: fastRate, Paused: true})
 	if err != nil {
 		return sectionResult{}, err
 	}
-	defer n.close()
-	sk, err := startSink(o.Now)
-	if err != nil {
-		return sectionResult{}, err
-	}
-	defer sk.close()
-	if err := n.subscribe(ctx, subscriber{ID: "backlog", URL: sk.url, PerSecond: fastRate, Burst: fastRate, Paused: true}); err != nil {
-		return sectionResult{}, n.fail(err)
-	}
+	defer stop()
 	r := pendingResult{Pending: o.Pending}
 	m0 := n.cpuMark()
 	start := m0.at

@@ -52,19 +52,11 @@ func CapAccuracy(arrivals []time.Time, r bucket.Rate, window time.Duration) (del
 // runRateCap creates a subscriber at 100/s burst 20, enqueues a backlog of
 // 2,000 events, and counts what arrives in the 10 s after the burst.
 func runRateCap(ctx context.Context, o *Options) (sectionResult, error) {
-	n, err := startNode(ctx, o)
+	n, sk, stop, err := startWithSink(ctx, o, subscriber{ID: "capped", PerSecond: capRate.PerSecond, Burst: capRate.Burst})
 	if err != nil {
 		return sectionResult{}, err
 	}
-	defer n.close()
-	sk, err := startSink(o.Now)
-	if err != nil {
-		return sectionResult{}, err
-	}
-	defer sk.close()
-	if err := n.subscribe(ctx, subscriber{ID: "capped", URL: sk.url, PerSecond: capRate.PerSecond, Burst: capRate.Burst}); err != nil {
-		return sectionResult{}, n.fail(err)
-	}
+	defer stop()
 	start := o.Now()
 	if err := n.fire(ctx, "cap", 0, capBacklog); err != nil {
 		return sectionResult{}, n.fail(err)

@@ -64,6 +64,26 @@ func startNode(ctx context.Context, o *Options) (*node, error) {
 	return n, nil
 }
 
+// startWithSink starts sluice and a sink, and subscribes s with the sink's
+// URL; stop closes both.
+func startWithSink(ctx context.Context, o *Options, s subscriber) (n *node, sk *sink, stop func(), err error) {
+	if n, err = startNode(ctx, o); err != nil {
+		return nil, nil, nil, err
+	}
+	if sk, err = startSink(o.Now); err != nil {
+		n.close()
+		return nil, nil, nil, err
+	}
+	s.URL = sk.url
+	if err := n.subscribe(ctx, s); err != nil {
+		err = n.fail(err)
+		sk.close()
+		n.close()
+		return nil, nil, nil, err
+	}
+	return n, sk, func() { sk.close(); n.close() }, nil
+}
+
 // close stops sluice (SIGTERM, then SIGKILL) and removes its folder.
 func (n *node) close() {
 	n.hc.CloseIdleConnections()

@@ -122,19 +122,11 @@ func window(before, after counters, d time.Duration) writesWindowResult {
 // 0.1/s and reads the counter across a 4 s window in which nothing should
 // be delivered, and nothing written.
 func runWrites(ctx context.Context, o *Options) (sectionResult, error) {
-	n, err := startNode(ctx, o)
+	n, sk, stop, err := startWithSink(ctx, o, subscriber{ID: "throttled", PerSecond: writesRate, Burst: writesRate})
 	if err != nil {
 		return sectionResult{}, err
 	}
-	defer n.close()
-	sk, err := startSink(o.Now)
-	if err != nil {
-		return sectionResult{}, err
-	}
-	defer sk.close()
-	if err := n.subscribe(ctx, subscriber{ID: "throttled", URL: sk.url, PerSecond: writesRate, Burst: writesRate}); err != nil {
-		return sectionResult{}, n.fail(err)
-	}
+	defer stop()
 	if err := n.fire(ctx, "wr", 0, writesBacklog); err != nil {
 		return sectionResult{}, n.fail(err)
 	}
