@@ -509,8 +509,18 @@ func (d *Dispatcher) Handoff(claimed []ledger.Claimed) {
 	}
 	d.dispatchLocked(now)
 	d.mu.Unlock()
+	if len(held) > 0 {
+		// Handoff runs in the ledger's write loop, which the recorder
+		// needs to drain the results channel: never block it on that.
+		// Run waits for running (counted before admits lets it past)
+		// before it closes the channel.
+		d.running.Add(1)
+		go func() {
+			defer d.running.Done()
+			d.release(held)
+		}()
+	}
 	d.admits.Add(-len(claimed))
-	d.release(held)
 }
 
 // Unadmit returns reservations whose enqueue did not commit.

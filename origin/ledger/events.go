@@ -37,7 +37,8 @@ type EnqueueResult struct {
 // transaction, it reserves room for up to n of a subscriber's new
 // deliveries, which the ledger then inserts already in flight; after the
 // commit it receives them (Handoff), or its reservations back if the
-// transaction failed (Unadmit). Admit runs in the write loop: keep it quick.
+// transaction failed (Unadmit). Admit and Handoff run in the write loop:
+// keep them quick, and never wait there for a write.
 type Admitter interface {
 	Admit(subscriberID string, n int, now time.Time) (admitted int, leaseUntil time.Time)
 	Handoff(claimed []Claimed)
@@ -174,6 +175,15 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates
 				return err
 			}
 		}
+		if l.admitter != nil && len(handoff) > 0 {
+			// Hand over from the write loop as soon as the batch commits,
+			// not once this caller's goroutine is scheduled again.
+			taken := handoff
+			w.after = append(w.after, func() {
+				sort.Slice(taken, func(i, j int) bool { return taken[i].Seq < taken[j].Seq })
+				l.admitter.Handoff(taken)
+			})
+		}
 		if countDuplicates {
 			for i := range res.Events {
 				if res.Events[i].Duplicate {
@@ -185,13 +195,8 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates
 		}
 		return nil
 	})
-	if l.admitter != nil {
-		if err != nil {
-			l.admitter.Unadmit(reserved)
-		} else {
-			sort.Slice(handoff, func(i, j int) bool { return handoff[i].Seq < handoff[j].Seq })
-			l.admitter.Handoff(handoff)
-		}
+	if l.admitter != nil && err != nil {
+		l.admitter.Unadmit(reserved)
 	}
 	return res, err
 }
