@@ -7,9 +7,11 @@ package main_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -348,17 +350,28 @@ func eventually(d, interval time.Duration, cond func() bool) bool {
 type receiver struct {
 	delay time.Duration
 
-	mu        sync.Mutex
-	arrivals  map[string][]time.Time
+	mu       sync.Mutex
+	arrivals map[string][]time.Time
+	// connected holds, for each arrival, when the connection it came on
+	// was accepted: a request of a killed process can still be read after
+	// the kill, but only on a connection that process opened before it.
+	connected map[string][]time.Time
 	answered  map[string]int
 	abandoned int // requests whose client went away while held
 	inflight  int
 	problems  []string
 }
 
+// acceptedKey is the context key of a connection's accept time.
+type acceptedKey struct{}
+
 func newReceiver(t *testing.T, delay time.Duration) (*receiver, string) {
-	r := &receiver{delay: delay, arrivals: map[string][]time.Time{}, answered: map[string]int{}}
-	srv := httptest.NewServer(r)
+	r := &receiver{delay: delay, arrivals: map[string][]time.Time{}, connected: map[string][]time.Time{}, answered: map[string]int{}}
+	srv := httptest.NewUnstartedServer(r)
+	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+		return context.WithValue(ctx, acceptedKey{}, time.Now())
+	}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return r, srv.URL + "/hook"
 }
@@ -380,6 +393,8 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.problems = append(r.problems, fmt.Sprintf("webhook-id %s, body %.200s", id, body))
 	}
 	r.arrivals[id] = append(r.arrivals[id], at)
+	accepted, _ := req.Context().Value(acceptedKey{}).(time.Time)
+	r.connected[id] = append(r.connected[id], accepted)
 	r.inflight++
 	r.mu.Unlock()
 	defer func() {
@@ -417,6 +432,18 @@ func (r *receiver) inFlight() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.inflight
+}
+
+// connections copies, per webhook-id, when the connection of each arrival
+// was accepted (in arrival order).
+func (r *receiver) connections() map[string][]time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string][]time.Time, len(r.connected))
+	for id, ts := range r.connected {
+		out[id] = append([]time.Time(nil), ts...)
+	}
+	return out
 }
 
 // snapshot copies what the receiver has recorded.
