@@ -17,9 +17,10 @@ import (
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", "This build's numbers on this machine, in one table: ingest (64 single-event clients; batches\n"+
-		"of 1,000), deliveries/s end to end to a loopback receiver, p50/p99 enqueue→delivery at a fixed 5,000/s,\n"+
-		"rate-cap accuracy over the 10 s after a burst, ledger row writes per delivery while throttled, RSS and\n"+
-		"p99 claim latency with 1,000,000 deliveries pending, and the canal scenario beside the naive loop.\n"+
+		"of 1,000), deliveries/s end to end to a loopback receiver, p50/p99 enqueue→delivery at a fixed 5,000/s\n"+
+		"(beside a bare relay's under the same load: this machine's floor), rate-cap accuracy over the 10 s\n"+
+		"after a burst, ledger row writes per delivery while throttled, RSS and p99 claim latency with\n"+
+		"1,000,000 deliveries pending, and the canal scenario beside the naive loop.\n"+
 		"Every measurement starts its own `sluice serve` on a temp database and talks to it over HTTP on\n"+
 		"127.0.0.1. About 3½ minutes on 2 cores. A missed target is a ✗ in the table, not a failure: the exit\n"+
 		"status is 0 unless a measurement could not be taken.", stderr)
