@@ -20,7 +20,7 @@ type SubscriberStats struct {
 
 // Stats counts deliveries by state for every subscriber and summarises the
 // attempts and deliveries since since (at most the last 5 minutes, to
-// 10 s; counted in memory since the process started).
+// 30 s; counted in memory since the process started).
 func (l *Ledger) Stats(ctx context.Context, since time.Time) (map[string]*SubscriberStats, error) {
 	out, err := l.Counts(ctx)
 	if err != nil {

@@ -14,8 +14,8 @@ import (
 // process starts.
 
 const (
-	slotWidth   = 10 * time.Second
-	windowSlots = 31 // 5 minutes of 10 s slots, plus the one being filled
+	slotWidth   = 30 * time.Second
+	windowSlots = 11 // 5 minutes of 30 s slots, plus the one being filled
 	maxWindow   = (windowSlots - 1) * slotWidth
 
 	// Latencies up to linearMS are counted per millisecond; above, in
@@ -33,10 +33,12 @@ type slot struct {
 	latency                        [latencySlots]uint32
 }
 
-// windows holds each subscriber's recent slots.
+// windows holds the recent slots of each subscriber that had outcomes in
+// the last maxWindow (about 13 KiB each); quiet ones are dropped.
 type windows struct {
-	mu   sync.Mutex
-	subs map[string]*[windowSlots]slot
+	mu     sync.Mutex
+	subs   map[string]*[windowSlots]slot
+	pruned int64 // the slot number of the last sweep for quiet subscribers
 }
 
 // windowEntry is one committed result as the window counts it.
@@ -55,6 +57,10 @@ func (w *windows) add(at time.Time, entries []windowEntry) {
 	if w.subs == nil {
 		w.subs = map[string]*[windowSlots]slot{}
 	}
+	if n != w.pruned {
+		w.pruned = n
+		w.pruneLocked(n)
+	}
 	for _, e := range entries {
 		ring, ok := w.subs[e.subscriber]
 		if !ok {
@@ -62,6 +68,9 @@ func (w *windows) add(at time.Time, entries []windowEntry) {
 			w.subs[e.subscriber] = ring
 		}
 		s := &ring[n%windowSlots]
+		if s.n > n {
+			continue // older than what the ring now holds (the clock stepped back)
+		}
 		if s.n != n {
 			*s = slot{n: n}
 		}
@@ -78,6 +87,22 @@ func (w *windows) add(at time.Time, entries []windowEntry) {
 	}
 }
 
+// pruneLocked drops the windows with no slot in the window ending at slot n.
+func (w *windows) pruneLocked(n int64) {
+	for id, ring := range w.subs {
+		quiet := true
+		for i := range ring {
+			if ring[i].n > n-windowSlots {
+				quiet = false
+				break
+			}
+		}
+		if quiet {
+			delete(w.subs, id)
+		}
+	}
+}
+
 // forget drops a removed subscriber's window.
 func (w *windows) forget(id string) {
 	w.mu.Lock()
@@ -85,9 +110,8 @@ func (w *windows) forget(id string) {
 	w.mu.Unlock()
 }
 
-// windowStats sums each subscriber's slots that start at or after since
-// (to the slot: up to slotWidth more than asked) and fills the window
-// fields of out.
+// fill sums each subscriber's slots that start at or after since (to the
+// slot: up to slotWidth more than asked) and fills the window fields of out.
 func (w *windows) fill(out map[string]*SubscriberStats, since, now time.Time) {
 	if now.Sub(since) > maxWindow {
 		since = now.Add(-maxWindow)

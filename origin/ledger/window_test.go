@@ -65,6 +65,21 @@ func TestWindowPercentilesAndExpiry(t *testing.T) {
 	}
 }
 
+func TestQuietSubscribersLeaveTheWindows(t *testing.T) {
+	t.Parallel()
+	var w windows
+	w.add(t0, []windowEntry{{subscriber: "quiet", attempt: true}, {subscriber: "busy", attempt: true}})
+	for d := slotWidth; d <= maxWindow+slotWidth; d += slotWidth {
+		w.add(t0.Add(d), []windowEntry{{subscriber: "busy", attempt: true}})
+	}
+	if _, ok := w.subs["quiet"]; ok {
+		t.Fatal("a subscriber with nothing in the last 5 minutes still holds its slots")
+	}
+	if _, ok := w.subs["busy"]; !ok {
+		t.Fatal("the busy subscriber's window was dropped")
+	}
+}
+
 // Stats counts sent deliveries across a restart and the window of what
 // this process recorded.
 func TestStatsCountsSentAndTheWindow(t *testing.T) {
