@@ -82,18 +82,30 @@ const (
 	readerCache = "cache_size(-8192)"  // 8 MiB each
 )
 
-func dsn(path string, readOnly bool) string {
+// role is what a connection is for; each gets its own cache size.
+type role int
+
+const (
+	writerRole role = iota
+	readerRole
+	checkpointerRole // copies the WAL back; reads no tables
+)
+
+func dsn(path string, r role) string {
 	q := url.Values{}
 	for _, p := range pragmas {
 		q.Add("_pragma", p)
 	}
-	if readOnly {
+	switch r {
+	case readerRole:
 		q.Add("_pragma", "query_only(1)")
 		q.Add("_pragma", readerCache)
-	} else {
+	case writerRole:
 		q.Add("_pragma", writerCache)
 		// The checkpointer copies the WAL back, not the committing writer.
 		q.Add("_pragma", "wal_autocheckpoint(0)")
+	case checkpointerRole:
+		q.Add("_pragma", "cache_size(-1024)")
 	}
 	return "file:" + path + "?" + q.Encode()
 }
@@ -124,7 +136,7 @@ func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
 		unlockFile(lock)
 		return nil, err
 	}
-	if l.wdb, err = sql.Open("sqlite", dsn(path, false)); err != nil {
+	if l.wdb, err = sql.Open("sqlite", dsn(path, writerRole)); err != nil {
 		return fail(err)
 	}
 	l.wdb.SetMaxOpenConns(1)
@@ -139,7 +151,7 @@ func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
 	if err := l.stmts.prepare(ctx, l.wconn); err != nil {
 		return fail(fmt.Errorf("prepare statements: %w", err))
 	}
-	if l.rdb, err = sql.Open("sqlite", dsn(path, true)); err != nil {
+	if l.rdb, err = sql.Open("sqlite", dsn(path, readerRole)); err != nil {
 		return fail(err)
 	}
 	l.rdb.SetMaxOpenConns(o.Readers)
@@ -157,7 +169,7 @@ func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
 	if err := l.wconn.QueryRowContext(ctx, `SELECT total_changes()`).Scan(&l.baseChanges); err != nil {
 		return fail(err)
 	}
-	if l.cdb, err = sql.Open("sqlite", dsn(path, false)); err != nil {
+	if l.cdb, err = sql.Open("sqlite", dsn(path, checkpointerRole)); err != nil {
 		return fail(err)
 	}
 	l.cdb.SetMaxOpenConns(1)
@@ -179,7 +191,7 @@ func Migrate(ctx context.Context, path string, now time.Time) ([]string, error) 
 		return nil, err
 	}
 	defer unlockFile(lock)
-	db, err := sql.Open("sqlite", dsn(path, false))
+	db, err := sql.Open("sqlite", dsn(path, writerRole))
 	if err != nil {
 		return nil, err
 	}
