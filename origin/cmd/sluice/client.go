@@ -380,3 +380,27 @@ func (f *cmdFlags) given(name string) bool {
 
 // client returns the API client for the parsed connection flags.
 func (f *cmdFlags) client() (*apiClient, error) { return newAPIClient(f.conn.url, f.conn.token) }
+
+// call makes a command's one API request (a GET when in is nil) and
+// decodes the answer into out; with --json it prints the answer as it came
+// instead and reports printed, leaving the command nothing to do.
+func (c *cli) call(ctx context.Context, f *cmdFlags, method, path string, in, out any) (printed bool, err error) {
+	api, err := f.client()
+	if err != nil {
+		return false, err
+	}
+	defer api.close()
+	var raw []byte
+	if method == http.MethodGet {
+		raw, err = api.getJSON(ctx, path, nil, out)
+	} else {
+		raw, err = api.sendJSON(ctx, method, path, in, out)
+	}
+	if err != nil {
+		return false, err
+	}
+	if f.conn.json {
+		return true, writeRaw(c.stdout, raw)
+	}
+	return false, nil
+}

@@ -223,18 +223,9 @@ func (c *cli) subscribersAdd(ctx context.Context, args []string) error {
 	if f.given("secret") {
 		in["secret"] = *secret
 	}
-	api, err := f.client()
-	if err != nil {
-		return err
-	}
-	defer api.close()
 	var s subscriberJSON
-	raw, err := api.sendJSON(ctx, http.MethodPost, "/v1/subscribers", in, &s)
-	if err != nil {
+	if printed, err := c.call(ctx, f, http.MethodPost, "/v1/subscribers", in, &s); err != nil || printed {
 		return err
-	}
-	if f.conn.json {
-		return writeRaw(c.stdout, raw)
 	}
 	// The secret is shown in full here: the operator has to hand it to the
 	// receiver, and "show" masks it.
@@ -268,18 +259,9 @@ func (c *cli) subscribersShow(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	api, err := f.client()
-	if err != nil {
-		return err
-	}
-	defer api.close()
 	var s subscriberJSON
-	raw, err := api.getJSON(ctx, "/v1/subscribers/"+url.PathEscape(pos[0]), nil, &s)
-	if err != nil {
+	if printed, err := c.call(ctx, f, http.MethodGet, "/v1/subscribers/"+url.PathEscape(pos[0]), nil, &s); err != nil || printed {
 		return err
-	}
-	if f.conn.json {
-		return writeRaw(c.stdout, raw)
 	}
 	return c.subscriberFields(&s, *reveal)
 }
@@ -364,22 +346,13 @@ func (c *cli) send(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	api, err := f.client()
-	if err != nil {
-		return err
-	}
-	defer api.close()
 	var res struct {
 		ID         string `json:"id"`
 		Deliveries int    `json:"deliveries"`
 		Duplicate  bool   `json:"duplicate"`
 	}
-	raw, err := api.sendJSON(ctx, http.MethodPost, "/v1/events", body, &res)
-	if err != nil {
+	if printed, err := c.call(ctx, f, http.MethodPost, "/v1/events", body, &res); err != nil || printed {
 		return err
-	}
-	if f.conn.json {
-		return writeRaw(c.stdout, raw)
 	}
 	t := newTable(c.stdout, "EVENT", "DELIVERIES", "DUPLICATE")
 	t.row(res.ID, fmt.Sprint(res.Deliveries), yesNo(res.Duplicate))
@@ -485,18 +458,9 @@ func (c *cli) deliveriesShow(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	api, err := f.client()
-	if err != nil {
-		return err
-	}
-	defer api.close()
 	var d deliveryJSON
-	raw, err := api.getJSON(ctx, "/v1/deliveries/"+url.PathEscape(pos[0]), nil, &d)
-	if err != nil {
+	if printed, err := c.call(ctx, f, http.MethodGet, "/v1/deliveries/"+url.PathEscape(pos[0]), nil, &d); err != nil || printed {
 		return err
-	}
-	if f.conn.json {
-		return writeRaw(c.stdout, raw)
 	}
 	kv := []string{
 		"ID", d.ID,
@@ -561,18 +525,9 @@ func (c *cli) dlqRetry(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	api, err := f.client()
-	if err != nil {
-		return err
-	}
-	defer api.close()
 	var d deliveryJSON
-	raw, err := api.sendJSON(ctx, http.MethodPost, "/v1/deliveries/"+url.PathEscape(pos[0])+"/retry", []byte("{}"), &d)
-	if err != nil {
+	if printed, err := c.call(ctx, f, http.MethodPost, "/v1/deliveries/"+url.PathEscape(pos[0])+"/retry", []byte("{}"), &d); err != nil || printed {
 		return err
-	}
-	if f.conn.json {
-		return writeRaw(c.stdout, raw)
 	}
 	fmt.Fprintf(c.stdout, "requeued %s to %s (now %s)\n", d.ID, d.SubscriberID, d.Status)
 	return nil
@@ -590,21 +545,12 @@ func (c *cli) dlqRecover(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	api, err := f.client()
-	if err != nil {
-		return err
-	}
-	defer api.close()
 	var res struct {
 		Requeued int `json:"requeued"`
 	}
 	in := map[string]string{"since": since.Format(time.RFC3339Nano)}
-	raw, err := api.sendJSON(ctx, http.MethodPost, "/v1/subscribers/"+url.PathEscape(pos[0])+"/recover", in, &res)
-	if err != nil {
+	if printed, err := c.call(ctx, f, http.MethodPost, "/v1/subscribers/"+url.PathEscape(pos[0])+"/recover", in, &res); err != nil || printed {
 		return err
-	}
-	if f.conn.json {
-		return writeRaw(c.stdout, raw)
 	}
 	fmt.Fprintf(c.stdout, "requeued %d dead deliveries of %s\n", res.Requeued, pos[0])
 	return nil
@@ -632,11 +578,6 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 	if _, err := f.parseArgs(args, c.getenv); err != nil {
 		return err
 	}
-	api, err := f.client()
-	if err != nil {
-		return err
-	}
-	defer api.close()
 	type counts struct {
 		Pending     int      `json:"pending"`
 		Inflight    int      `json:"inflight"`
@@ -658,12 +599,8 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 		Totals        counts `json:"totals"`
 		WindowSeconds int    `json:"window_seconds"`
 	}
-	raw, err := api.getJSON(ctx, "/v1/stats", nil, &st)
-	if err != nil {
+	if printed, err := c.call(ctx, f, http.MethodGet, "/v1/stats", nil, &st); err != nil || printed {
 		return err
-	}
-	if f.conn.json {
-		return writeRaw(c.stdout, raw)
 	}
 	window := (time.Duration(st.WindowSeconds) * time.Second).String()
 	if st.WindowSeconds > 0 && st.WindowSeconds%60 == 0 {
