@@ -29,20 +29,24 @@ type Spec struct {
 	SlowToDrain bool
 }
 
+// partnerDash is the seed's partner dashboard: it advertises 10/s with a
+// burst of 20 and bans clients that ignore its 429s.
+var partnerDash = Spec{
+	ID: "partner-dash", Role: "10/s burst 20, bans",
+	Partner: partner.Config{
+		Advertised: bucket.Rate{PerSecond: 10, Burst: 20},
+		Enforce:    true, BanAfter: 5, BanFor: time.Hour,
+	},
+	SlowToDrain: true,
+}
+
 // CanalSpecs are the seed's five subscribers: a partner dashboard that
 // advertises 10/s with a burst of 20 and bans clients that ignore its 429s,
 // a Slack relay that takes 2 s to answer, two fast analytics sinks, and a
 // customer's flaky CRM.
 func CanalSpecs() []Spec {
 	return []Spec{
-		{
-			ID: "partner-dash", Role: "10/s burst 20, bans",
-			Partner: partner.Config{
-				Advertised: bucket.Rate{PerSecond: 10, Burst: 20},
-				Enforce:    true, BanAfter: 5, BanFor: time.Hour,
-			},
-			SlowToDrain: true,
-		},
+		partnerDash,
 		{
 			ID: "slack-relay", Role: "slow relay, 2s answers",
 			Partner:     partner.Config{Advertised: bucket.Rate{PerSecond: 50, Burst: 100}, Delay: 2 * time.Second},
@@ -73,14 +77,7 @@ func CanalSpecs() []Spec {
 // that goes down mid-run (see Chaos).
 func ChaosSpecs() []Spec {
 	return []Spec{
-		{
-			ID: "partner-dash", Role: "10/s burst 20, bans",
-			Partner: partner.Config{
-				Advertised: bucket.Rate{PerSecond: 10, Burst: 20},
-				Enforce:    true, BanAfter: 5, BanFor: time.Hour,
-			},
-			SlowToDrain: true,
-		},
+		partnerDash,
 		{
 			ID: "analytics", Role: "fast sink",
 			Partner: partner.Config{Advertised: bucket.Rate{PerSecond: 1000, Burst: 2000}},
