@@ -163,6 +163,10 @@ var badCases = []badCase{
 		header: map[string]string{"Authorization": testToken}, status: 401},
 	{name: "basic auth", method: "GET", path: "/v1/deliveries",
 		header: map[string]string{"Authorization": "Basic dGVzdDp0ZXN0"}, status: 401},
+	{name: "unknown route without a token", method: "GET", path: "/v1/nope",
+		header: map[string]string{"Authorization": ""}, status: 401, code: "unauthorized"},
+	{name: "wrong method without a token", method: "DELETE", path: "/v1/events",
+		header: map[string]string{"Authorization": ""}, status: 401, code: "unauthorized"},
 }
 
 // sentDelivery makes a subscriber whose delivery is sent and returns the

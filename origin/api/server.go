@@ -87,9 +87,10 @@ func New(cfg Config) *echo.Echo {
 	for _, p := range statuspage.Routes() {
 		e.GET(p, page)
 	}
-	// Middleware per route rather than on a group: a group with middleware
-	// answers every unmatched method under it with 404 instead of 405.
-	v1 := v1Routes{e, s.auth}
+	// The token is checked before routing, so without it every path under
+	// /v1, routed or not, answers 401 and tells nothing about the routes.
+	e.Pre(s.auth)
+	v1 := v1Routes{e}
 	v1.POST("/subscribers", s.createSubscriber)
 	v1.GET("/subscribers", s.listSubscribers)
 	v1.GET("/subscribers/:id", s.getSubscriber)
@@ -107,20 +108,22 @@ func New(cfg Config) *echo.Echo {
 	return e
 }
 
-type v1Routes struct {
-	e    *echo.Echo
-	auth echo.MiddlewareFunc
-}
+// v1Routes registers routes under /v1. Not an echo group: a group with
+// middleware answers every unmatched method under it with 404, not 405.
+type v1Routes struct{ e *echo.Echo }
 
-func (r v1Routes) GET(p string, h echo.HandlerFunc)    { r.e.GET("/v1"+p, h, r.auth) }
-func (r v1Routes) POST(p string, h echo.HandlerFunc)   { r.e.POST("/v1"+p, h, r.auth) }
-func (r v1Routes) PATCH(p string, h echo.HandlerFunc)  { r.e.PATCH("/v1"+p, h, r.auth) }
-func (r v1Routes) DELETE(p string, h echo.HandlerFunc) { r.e.DELETE("/v1"+p, h, r.auth) }
+func (r v1Routes) GET(p string, h echo.HandlerFunc)    { r.e.GET("/v1"+p, h) }
+func (r v1Routes) POST(p string, h echo.HandlerFunc)   { r.e.POST("/v1"+p, h) }
+func (r v1Routes) PATCH(p string, h echo.HandlerFunc)  { r.e.PATCH("/v1"+p, h) }
+func (r v1Routes) DELETE(p string, h echo.HandlerFunc) { r.e.DELETE("/v1"+p, h) }
 
-// auth checks the bearer token in constant time.
+// auth checks the bearer token, in constant time, on every path under /v1.
 func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
 	want := []byte(s.Token)
 	return func(c echo.Context) error {
+		if p := c.Request().URL.Path; p != "/v1" && !strings.HasPrefix(p, "/v1/") {
+			return next(c)
+		}
 		got, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
 		if !ok || len(want) == 0 || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
