@@ -232,13 +232,37 @@ func (c *cli) subscribersAdd(ctx context.Context, args []string) error {
 	return c.subscriberFields(&s, true)
 }
 
+// subscriberStates are what subscribers list --status filters on.
+var subscriberStates = map[string]func(*subscriberJSON) bool{
+	"active":    func(s *subscriberJSON) bool { return !s.Paused && s.breaker() == "closed" },
+	"paused":    func(s *subscriberJSON) bool { return s.Paused },
+	"open":      func(s *subscriberJSON) bool { return s.breaker() == "open" },
+	"half_open": func(s *subscriberJSON) bool { return s.breaker() == "half_open" },
+}
+
 func (c *cli) subscribersList(ctx context.Context, args []string) error {
 	f := newCmdFlags("subscribers list", "", "Lists subscribers.", "url", c.stderr)
+	status := f.String("status", "", "only subscribers in this state: active (not paused, breaker closed), paused (by an operator), or with the breaker open or half_open")
+	sub := f.String("subscriber", "", "only this subscriber")
 	limit := f.Int("limit", 100, "most subscribers to list (0 for all)")
 	if _, err := f.parseArgs(args, c.getenv); err != nil {
 		return err
 	}
-	return c.list(ctx, f, "/v1/subscribers", nil, *limit, "subscribers", func(items []json.RawMessage) error {
+	in, ok := subscriberStates[*status]
+	if !ok && *status != "" {
+		return fmt.Errorf("--status must be active, paused, open or half_open: %w", errUsage)
+	}
+	var keep func(json.RawMessage) (bool, error)
+	if *status != "" || *sub != "" {
+		keep = func(it json.RawMessage) (bool, error) {
+			var s subscriberJSON
+			if err := decodeAnswer("/v1/subscribers", it, &s); err != nil {
+				return false, err
+			}
+			return (in == nil || in(&s)) && (*sub == "" || s.ID == *sub), nil
+		}
+	}
+	return c.list(ctx, f, "/v1/subscribers", nil, *limit, keep, "subscribers", func(items []json.RawMessage) error {
 		t := newTable(c.stdout, "ID", "URL", "EVENT TYPES", "RATE", "BURST", "MAX ATTEMPTS", "TIMEOUT", "PAUSED", "BREAKER")
 		for _, it := range items {
 			var s subscriberJSON
@@ -430,7 +454,7 @@ func (c *cli) deliveryTable(ctx context.Context, f *cmdFlags, status, sub string
 	if sub != "" {
 		q.Set("subscriber_id", sub)
 	}
-	return c.list(ctx, f, "/v1/deliveries", q, limit, "deliveries", func(items []json.RawMessage) error {
+	return c.list(ctx, f, "/v1/deliveries", q, limit, nil, "deliveries", func(items []json.RawMessage) error {
 		var t *table
 		if dead {
 			t = newTable(c.stdout, "ID", "EVENT", "TYPE", "SUBSCRIBER", "ATTEMPTS", "DIED", "LAST ERROR")
@@ -511,10 +535,15 @@ func (c *cli) deliveriesShow(ctx context.Context, args []string) error {
 
 func (c *cli) dlqList(ctx context.Context, args []string) error {
 	f := newCmdFlags("dlq list", "", "Lists dead deliveries (the dead-letter queue), newest first.", "url", c.stderr)
+	status := f.String("status", "dead", "dead, the only state in the dead-letter queue (\"sluice deliveries --status\" lists the others)")
 	sub := f.String("subscriber", "", "only dead deliveries to this subscriber")
 	limit := f.Int("limit", 100, "most deliveries to list (0 for all)")
 	if _, err := f.parseArgs(args, c.getenv); err != nil {
 		return err
+	}
+	if *status != "dead" {
+		return fmt.Errorf("--status %q: the dead-letter queue holds dead deliveries only; \"sluice deliveries --status %s\" lists those: %w",
+			*status, *status, errUsage)
 	}
 	return c.deliveryTable(ctx, f, "dead", *sub, *limit, true)
 }
@@ -636,8 +665,10 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 
 // list fetches up to limit items of a list route, then prints them as JSON
 // or through table. When more remain it says so on stderr, so the table on
-// stdout stays clean.
-func (c *cli) list(ctx context.Context, f *cmdFlags, path string, q url.Values, limit int, what string, table func([]json.RawMessage) error) error {
+// stdout stays clean. keep, when set, filters on the client where the API
+// has no filter: every page is read, and limit counts what it kept.
+func (c *cli) list(ctx context.Context, f *cmdFlags, path string, q url.Values, limit int,
+	keep func(json.RawMessage) (bool, error), what string, table func([]json.RawMessage) error) error {
 	if limit < 0 {
 		return fmt.Errorf("--limit must be 0 (all) or more: %w", errUsage)
 	}
@@ -646,9 +677,29 @@ func (c *cli) list(ctx context.Context, f *cmdFlags, path string, q url.Values, 
 		return err
 	}
 	defer api.close()
-	items, next, more, err := api.listAll(ctx, path, q, limit)
+	fetch := limit
+	if keep != nil {
+		fetch = 0
+	}
+	items, next, more, err := api.listAll(ctx, path, q, fetch)
 	if err != nil {
 		return err
+	}
+	if keep != nil {
+		var kept []json.RawMessage
+		for _, it := range items {
+			ok, err := keep(it)
+			if err != nil {
+				return err
+			}
+			if ok {
+				kept = append(kept, it)
+			}
+		}
+		items, next, more = kept, "", false
+		if limit > 0 && len(items) > limit {
+			items, more = items[:limit], true
+		}
 	}
 	if f.conn.json {
 		if items == nil {

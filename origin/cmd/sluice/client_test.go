@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -256,6 +257,32 @@ func TestClientSubscribersRoundTrip(t *testing.T) {
 		t.Errorf("subscribers list --limit 1: %d rows, stderr %q; want 1 row and a note\n%s", n, r.stderr, r.stdout)
 	}
 
+	req, _ := http.NewRequest(http.MethodPatch, o.URL+"/v1/subscribers/partner-a", strings.NewReader(`{"paused":true}`))
+	req.Header.Set("Authorization", "Bearer "+clientTestToken)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("pausing partner-a: %v %v", resp, err)
+	}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--status", "paused"}, []string{"partner-a"}},
+		{[]string{"--status", "active"}, []string{generated}},
+		{[]string{"--status", "open"}, nil},
+		{[]string{"--subscriber", generated}, []string{generated}},
+		{[]string{"--subscriber", generated, "--status", "paused"}, nil},
+	} {
+		list.Data = nil
+		o.okJSON(&list, append([]string{"subscribers", "list"}, c.args...)...)
+		var got []string
+		for _, d := range list.Data {
+			got = append(got, d.ID)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("subscribers list %s --json: %q, want %q", strings.Join(c.args, " "), got, c.want)
+		}
+	}
+
 	r = o.ok("subscribers", "show", "partner-a")
 	if row := rowOf(r.stdout, "SECRET"); len(row) != 2 || strings.Contains(r.stdout, testSecret) {
 		t.Errorf("subscribers show: the secret is not masked: %q\n%s", row, r.stdout)
@@ -419,6 +446,12 @@ func TestClientDeadLetters(t *testing.T) {
 			t.Errorf("dlq list: %s's row is %q\n%s", d.ID, row, r.stdout)
 		}
 	}
+	var dead struct {
+		Data []listedDelivery `json:"data"`
+	}
+	if o.okJSON(&dead, "dlq", "list", "--status", "dead", "--subscriber", "flaky"); len(dead.Data) != 2 {
+		t.Errorf("dlq list --status dead --subscriber flaky --json: %+v, want the 2 dead deliveries", dead.Data)
+	}
 	r = o.ok("deliveries", "show", ds[0].ID)
 	_, attempts, _ := strings.Cut(r.stdout, "\n\n")
 	if row := rowOf(attempts, "1"); len(row) < 8 || row[3] != "500" || row[len(row)-1] != "receiver says Internal Server Error" {
@@ -535,6 +568,8 @@ func TestClientErrors(t *testing.T) {
 			{"subscribers", "show"},                           // no ID
 			{"subscribers", "show", "a", "b"},                 // one ID only
 			{"subscribers", "list", "--no-such-flag"},
+			{"subscribers", "list", "--status", "sleepy"},
+			{"dlq", "list", "--status", "sent"}, // the queue holds dead ones only
 			{"subscribers", "frobnicate"},
 			{"subscribers"},
 			{"dlq"},
