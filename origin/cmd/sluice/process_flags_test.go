@@ -3,6 +3,7 @@ package main_test
 import (
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -62,6 +63,29 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 		if !strings.Contains(errOut, "SLUICE_WORKERS") {
 			t.Errorf("SLUICE_WORKERS=many serve: stderr does not name the variable:\n%s", errOut)
 		}
+	})
+
+	t.Run("bad values exit 2 and name the flag", func(t *testing.T) {
+		t.Parallel()
+		db := filepath.Join(t.TempDir(), "sluice.db")
+		for _, bad := range [][]string{
+			{"--log-level", "loud"},
+			{"--log-format", "xml"},
+			{"--workers", "0"},
+			{"--retry-base", "1s", "--retry-cap", "1ms"},
+			{"--breaker-threshold", "0"},
+			{"--edge-url", "http://127.0.0.1:9"},
+		} {
+			out, errOut, code := runSluice(t, nil, serveArgs(db, "tok", bad...)...)
+			if code != 2 || !strings.Contains(errOut, bad[len(bad)-2]) {
+				t.Errorf("serve %s: exit %d, want 2 with a message naming %s\n%s%s", strings.Join(bad, " "), code, bad[len(bad)-2], out, errOut)
+			}
+		}
+		if _, err := os.Stat(db); !os.IsNotExist(err) {
+			t.Errorf("a refused serve left %s behind (%v)", db, err)
+		}
+		// slog's level names are read in any case: this one starts and listens.
+		serve(t, filepath.Join(t.TempDir(), "sluice.db"), "tok", "--log-level", "DEBUG")
 	})
 
 	t.Run("environment configures serve", func(t *testing.T) {

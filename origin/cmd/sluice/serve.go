@@ -73,6 +73,9 @@ func (c *serveConfig) validate() error {
 	if c.logFormat != "text" && c.logFormat != "json" {
 		errs = append(errs, errors.New("--log-format must be text or json"))
 	}
+	if _, err := logLevel(c.logLevel); err != nil {
+		errs = append(errs, errors.New("--log-level must be debug, info, warn or error"))
+	}
 	if (c.edgeURL == "") != (c.edgeSecret == "") {
 		errs = append(errs, errors.New("--edge-url and --edge-secret go together"))
 	}
@@ -82,11 +85,17 @@ func (c *serveConfig) validate() error {
 	return nil
 }
 
-func newLogger(format, level string, w io.Writer) *slog.Logger {
+// logLevel reads --log-level as slog does: debug, info, warn or error, in
+// any case, optionally with an offset (info+2).
+func logLevel(s string) (slog.Level, error) {
 	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		lv = slog.LevelInfo
-	}
+	err := lv.UnmarshalText([]byte(s))
+	return lv, err
+}
+
+// newLogger takes a level validate accepted.
+func newLogger(format, level string, w io.Writer) *slog.Logger {
+	lv, _ := logLevel(level)
 	opts := &slog.HandlerOptions{Level: lv}
 	if format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
@@ -149,6 +158,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			}
 		}
 		log.Info("edge lane on", "edge_types", strings.Join(edgeTypes, ","))
+	}
+	if c.edgeURL == "" && strings.TrimSpace(c.edgeTypes) != "" {
+		log.Warn("--edge-types has no effect without --edge-url and --edge-secret: every event goes by the origin lane")
 	}
 
 	policy := egress.Policy{AllowPrivate: c.allowPrivate}
