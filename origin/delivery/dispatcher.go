@@ -29,11 +29,9 @@ type Config struct {
 	Workers       int // attempts in flight in total (default 64)
 	PerSubscriber int // attempts in flight per subscriber (default max(4, Workers/4))
 	// FastSubscriber is the in-flight cap of a subscriber that answers
-	// quickly (default max(PerSubscriber, Workers-PerSubscriber)): its
-	// attempts give their workers back within milliseconds, so the cap that
-	// keeps a slow subscriber from holding them all would only queue its
-	// bursts. A slow subscriber's share stays free for the others even if
-	// it stalls with every attempt out.
+	// quickly (default max(PerSubscriber, Workers/2)): its attempts give
+	// their workers back within milliseconds, so the cap that keeps a slow
+	// subscriber from holding them all would only limit its throughput.
 	FastSubscriber int
 	RetryBase      time.Duration // full-jitter base (default 1s)
 	RetryCap       time.Duration // full-jitter cap (default 30m)
@@ -67,7 +65,7 @@ func (c *Config) defaults() {
 		c.PerSubscriber = max(4, c.Workers/4)
 	}
 	if c.FastSubscriber < c.PerSubscriber {
-		c.FastSubscriber = max(c.PerSubscriber, c.Workers-c.PerSubscriber)
+		c.FastSubscriber = max(c.PerSubscriber, c.Workers/2)
 	}
 	if c.RetryBase <= 0 {
 		c.RetryBase = time.Second

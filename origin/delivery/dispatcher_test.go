@@ -200,9 +200,9 @@ func TestSlowAndFailingSubscribersDoNotDelayAFastOne(t *testing.T) {
 }
 
 // A subscriber whose attempts answer at once may use FastSubscriber workers
-// (16 − 4 = 12 here), not PerSubscriber (4): its cap is there to stop it
-// holding workers, and it gives them straight back. If it then stalls with
-// all of them out, a slow subscriber's share is still free for the others.
+// (8 here), not PerSubscriber (4): its cap is there to stop it holding
+// workers, and it gives them straight back. If it then stalls with all of
+// them out, the other workers are still free for the other subscribers.
 func TestFastSubscriberUsesMoreWorkers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, 4 })
@@ -231,23 +231,23 @@ func TestFastSubscriberUsesMoreWorkers(t *testing.T) {
 	}
 
 	b.send("e", "t", 30)
-	waitFor(t, 3*time.Second, "12 attempts in flight", func() bool { return now.Load() == 12 })
+	waitFor(t, 3*time.Second, "8 attempts in flight", func() bool { return now.Load() == 8 })
 	idle := b.d.Idle()
 	b.d.poke()
 	<-idle // the loop has looked again and found nothing it may start
-	if n := b.d.Snapshot()["s"].Inflight; n != 12 {
-		t.Fatalf("the dispatcher holds %d attempts in flight, want FastSubscriber = 12", n)
+	if n := b.d.Snapshot()["s"].Inflight; n != 8 {
+		t.Fatalf("the dispatcher holds %d attempts in flight, want FastSubscriber = 8", n)
 	}
-	if p := peak.Load(); p != 12 {
-		t.Fatalf("%d attempts in flight at most, want FastSubscriber = 12", p)
+	if p := peak.Load(); p != 8 {
+		t.Fatalf("%d attempts in flight at most, want FastSubscriber = 8", p)
 	}
 
 	other := newReceiver(t, b.clock, nil)
 	b.subscriber("other", other.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"u"} })
 	b.send("o", "u", 4)
 	waitFor(t, 3*time.Second, "the other subscriber's 4 deliveries", func() bool { return other.count() == 4 })
-	if n := now.Load(); n != 12 {
-		t.Fatalf("the stalled subscriber has %d attempts out, want its 12 still held", n)
+	if n := now.Load(); n != 8 {
+		t.Fatalf("the stalled subscriber has %d attempts out, want its 8 still held", n)
 	}
 }
 
