@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/bucket"
 	"github.com/sluice-dev/sluice/shared/edgewire"
+	"github.com/sluice-dev/sluice/shared/fakeclock"
 	"github.com/sluice-dev/sluice/shared/signature"
 )
 
@@ -25,24 +26,6 @@ const (
 	otherSecret      = "whsec_ZGtyeYCHjpWco6qxuL/GzdTb4unw9/4FDBMaISgvNj0="
 	subscriberSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 )
-
-// clock is a fake clock the tests move by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // memBuckets is the Durable Objects' logic without the objects: one Stored
 // per subscriber behind a mutex, on the fake clock.
@@ -112,7 +95,7 @@ func (s *syncBuffer) String() string {
 }
 
 type bundle struct {
-	clock   *clock
+	clock   *fakeclock.Clock
 	buckets *memBuckets
 	rcv     *receiver
 	edge    *httptest.Server
@@ -123,7 +106,7 @@ type bundle struct {
 // and one receiver; cfg tweaks the Config before the handler is built.
 func setup(t *testing.T, cfg func(*Config)) *bundle {
 	t.Helper()
-	b := &bundle{clock: &clock{t: time.Unix(1_780_000_000, 0)}, logs: &syncBuffer{}}
+	b := &bundle{clock: fakeclock.New(time.Unix(1_780_000_000, 0)), logs: &syncBuffer{}}
 	b.buckets = &memBuckets{now: b.clock.Now, state: map[string]*Stored{}}
 	b.rcv = &receiver{}
 	b.rcv.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -19,32 +18,15 @@ import (
 	"github.com/sluice-dev/sluice/loadtest/partner"
 	"github.com/sluice-dev/sluice/loadtest/report"
 	"github.com/sluice-dev/sluice/shared/bucket"
+	"github.com/sluice-dev/sluice/shared/fakeclock"
 	"github.com/sluice-dev/sluice/shared/signature"
 )
 
-// clock stands still unless the test moves it.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 var secret = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldY" // base64 of 24 bytes
 
-func newPartner(t *testing.T, cfg partner.Config) (*partner.Partner, *clock) {
+func newPartner(t *testing.T, cfg partner.Config) (*partner.Partner, *fakeclock.Clock) {
 	t.Helper()
-	clk := &clock{t: time.Date(2026, 7, 11, 8, 14, 2, 0, time.UTC)}
+	clk := fakeclock.New(time.Date(2026, 7, 11, 8, 14, 2, 0, time.UTC))
 	cfg.Secret = secret
 	if cfg.Now == nil {
 		cfg.Now = clk.Now

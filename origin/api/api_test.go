@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/origin/ledger"
 	"github.com/sluice-dev/sluice/origin/origintest"
 	"github.com/sluice-dev/sluice/shared/event"
+	"github.com/sluice-dev/sluice/shared/fakeclock"
 )
 
 const testToken = "test-token-0123456789"
@@ -30,24 +31,12 @@ const testToken = "test-token-0123456789"
 // waitLimit bounds every wait for an asynchronous delivery.
 const waitLimit = 10 * time.Second
 
-// clock is the API's injected clock: it stands still unless a test moves it.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
 // bundle is one real sluice origin: ledger file, running dispatcher, API.
 type bundle struct {
 	ledger *ledger.Ledger
 	disp   *delivery.Dispatcher
 	srv    *httptest.Server
-	clock  *clock
+	clock  *fakeclock.Clock // the API's: it stands still unless a test moves it
 	cfg    api.Config
 }
 
@@ -55,7 +44,7 @@ type bundle struct {
 // body limit) before the server starts.
 func setup(t *testing.T, opts ...func(*api.Config)) *bundle {
 	t.Helper()
-	clk := &clock{t: time.Now().Truncate(time.Millisecond)}
+	clk := fakeclock.New(time.Now().Truncate(time.Millisecond))
 	o := origintest.Start(t, testToken, origintest.Options{API: func(c *api.Config) {
 		c.Now = clk.Now
 		for _, o := range opts {

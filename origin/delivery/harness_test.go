@@ -16,55 +16,10 @@ import (
 
 	"github.com/sluice-dev/sluice/origin/egress"
 	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/shared/fakeclock"
 )
 
 var t0 = time.Date(2026, 7, 11, 8, 14, 0, 0, time.UTC)
-
-// fakeClock is a Clock that moves only when the test says so.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []fakeWaiter
-}
-
-type fakeWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, fakeWaiter{c.now.Add(d), ch})
-	return ch
-}
-
-// Advance moves the clock and fires the timers that fall due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if !w.at.After(c.now) {
-			w.ch <- c.now
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	c.waiters = kept
-}
 
 // bundle is a ledger and a running dispatcher over a real SQLite file.
 type bundle struct {
@@ -72,7 +27,7 @@ type bundle struct {
 	l     *ledger.Ledger
 	d     *Dispatcher
 	clock Clock
-	fake  *fakeClock // nil when running on the wall clock
+	fake  *fakeclock.Clock // nil when running on the wall clock
 	stop  func()
 }
 
@@ -83,7 +38,7 @@ func setup(t *testing.T, fake bool, opts ...option) *bundle {
 	b := &bundle{t: t}
 	var now func() time.Time
 	if fake {
-		b.fake = &fakeClock{now: t0}
+		b.fake = fakeclock.New(t0)
 		b.clock, now = b.fake, b.fake.Now
 	} else {
 		b.clock, now = SystemClock{}, time.Now
