@@ -111,18 +111,10 @@ func (l *Ledger) Claim(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult,
 	return out, err
 }
 
+// collectStmt is collect for a prepared statement.
 func collectStmt(ctx context.Context, st *sql.Stmt, args []any, each func(*sql.Rows) error) error {
 	rows, err := st.QueryContext(ctx, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := each(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return eachRow(rows, err, each)
 }
 
 // Result is the outcome of one claimed delivery, ready to record.

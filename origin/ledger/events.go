@@ -201,10 +201,16 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates
 	return res, err
 }
 
+// collect runs q and calls each for every row.
 func collect(ctx context.Context, c interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
 }, q string, args []any, each func(*sql.Rows) error) error {
 	rows, err := c.QueryContext(ctx, q, args...)
+	return eachRow(rows, err, each)
+}
+
+// eachRow calls each for every row of a query's answer, then closes it.
+func eachRow(rows *sql.Rows, err error, each func(*sql.Rows) error) error {
 	if err != nil {
 		return err
 	}

@@ -120,12 +120,7 @@ func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
 	if o.Readers <= 0 {
 		o.Readers = 4
 	}
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("create database folder: %w", err)
-		}
-	}
-	lock, err := lockFile(path + ".lock")
+	lock, err := lockDatabase(path)
 	if err != nil {
 		return nil, err
 	}
@@ -178,15 +173,21 @@ func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
 	return l, nil
 }
 
-// Migrate applies pending migrations to the database at path and returns
-// their names, holding the same lock as Open.
-func Migrate(ctx context.Context, path string, now time.Time) ([]string, error) {
+// lockDatabase makes the database's folder if needed and takes the lock
+// that keeps a second process off the file.
+func lockDatabase(path string) (*os.File, error) {
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create database folder: %w", err)
 		}
 	}
-	lock, err := lockFile(path + ".lock")
+	return lockFile(path + ".lock")
+}
+
+// Migrate applies pending migrations to the database at path and returns
+// their names, holding the same lock as Open.
+func Migrate(ctx context.Context, path string, now time.Time) ([]string, error) {
+	lock, err := lockDatabase(path)
 	if err != nil {
 		return nil, err
 	}
