@@ -69,18 +69,7 @@ type response struct {
 // in it (even empty) replaces the default bearer token.
 func (b *bundle) call(t *testing.T, method, path, body string, hdr map[string]string) response {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, b.srv.URL+path, rd)
-	if err != nil {
-		t.Fatalf("build %s %s: %v", method, path, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	req := origintest.NewRequest(t, method, b.srv.URL+path, testToken, body)
 	for k, v := range hdr {
 		if v == "" {
 			req.Header.Del(k)

@@ -6,8 +6,11 @@ package origintest
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,4 +95,23 @@ func Start(t testing.TB, token string, o Options) *Origin {
 		o.API(&acfg)
 	}
 	return &Origin{Ledger: l, Dispatcher: disp, Config: acfg, API: api.New(acfg)}
+}
+
+// NewRequest is an API request to url with token as its bearer and body,
+// when not empty, as its JSON.
+func NewRequest(t testing.TB, method, url, token, body string) *http.Request {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatalf("build %s %s: %v", method, url, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req
 }

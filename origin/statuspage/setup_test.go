@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -100,19 +99,7 @@ func (b *bundle) send(t *testing.T, req *http.Request) response {
 // the JSON answer into out (when out is not nil).
 func (b *bundle) do(t *testing.T, method, path, body string, want int, out any) {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, b.srv.URL+path, rd)
-	if err != nil {
-		t.Fatalf("build %s %s: %v", method, path, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	r := b.send(t, req)
+	r := b.send(t, origintest.NewRequest(t, method, b.srv.URL+path, testToken, body))
 	if r.status != want {
 		t.Fatalf("%s %s: status %d, want %d; body: %s", method, path, r.status, want, r.body)
 	}
