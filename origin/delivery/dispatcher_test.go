@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/origin/breaker"
 	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/shared/bucket"
 )
 
 func TestRateCapHoldsUnderABacklog(t *testing.T) {
@@ -42,6 +43,48 @@ func TestRateCapHoldsUnderABacklog(t *testing.T) {
 	rate := float64(len(sustained)-1) / sustained[len(sustained)-1].Sub(sustained[0]).Seconds()
 	if rate < perSecond*0.9 || rate > perSecond*1.1 {
 		t.Fatalf("sustained rate %.1f/s, want %d/s ±10%%", rate, perSecond)
+	}
+}
+
+// A partner enforcing its advertised bucket counts arrivals, and the first
+// request of a burst, which opens a connection, arrives later than the warm
+// ones after it (30 ms here). sluice's refill starts bucket.SendMargin after
+// the burst, so the partner never runs short and never answers 429.
+func TestABurstLeavesAStrictPartnerItsMargin(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	r := bucket.Rate{PerSecond: 10, Burst: 20}
+	var (
+		mu       sync.Mutex
+		strict   = bucket.Full(r, t0)
+		refusals int
+	)
+	rc := newReceiver(t, b.clock, func(_ *http.Request, n int) (int, http.Header) {
+		at := b.clock.Now()
+		if n == 1 {
+			at = at.Add(30 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var ok bool
+		if strict, ok = bucket.Take(strict, r, at, 1); !ok {
+			refusals++
+			return http.StatusTooManyRequests, nil
+		}
+		return http.StatusNoContent, nil
+	})
+	b.subscriber("partner", rc.URL, func(s *ledger.Subscriber) { s.Rate.PerSecond, s.Rate.Burst = r.PerSecond, r.Burst })
+	b.send("e", "video.trending", 60)
+	b.settle()
+	b.step(3*time.Second, 5*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if refusals != 0 {
+		t.Fatalf("the partner refused %d requests as early", refusals)
+	}
+	// The margin costs one token at 10/s: 20 + 10 × (3 s − 100 ms).
+	if n := rc.count(); n != 49 {
+		t.Fatalf("%d requests in 3 s at 10/s after a burst of 20, want 49", n)
 	}
 }
 

@@ -76,9 +76,9 @@ func (d *Dispatcher) laneLocked(s *sub, c *ledger.Claimed, now time.Time) ledger
 func (d *Dispatcher) takeLocked(s *sub, lane ledger.Lane, now time.Time) bool {
 	var ok bool
 	if lane == ledger.LaneEdge {
-		s.edgeBucket, ok = bucket.Take(s.edgeBucket, s.edgeRate, now, 1)
+		s.edgeBucket, ok = bucket.TakeToSend(s.edgeBucket, s.edgeRate, now, 1)
 	} else {
-		s.bucket, ok = bucket.Take(s.bucket, s.originRate, now, 1)
+		s.bucket, ok = bucket.TakeToSend(s.bucket, s.originRate, now, 1)
 	}
 	return ok
 }

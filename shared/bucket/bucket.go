@@ -1,7 +1,8 @@
 // Package bucket is the token-bucket arithmetic both halves of sluice use: pure
 // functions of a bucket's state and the current time, so the origin's
-// dispatcher and the edge's Durable Object refill and spend tokens identically
-// and tests drive them with any clock.
+// dispatcher and the edge's Durable Object refill and spend tokens alike (the
+// origin, which sends, leaves a margin after a burst: TakeToSend) and tests
+// drive them with any clock.
 package bucket
 
 import (
@@ -68,6 +69,32 @@ func Take(s State, r Rate, now time.Time, n float64) (State, bool) {
 	return s, true
 }
 
+// SendMargin is how long a sender's bucket waits, after a spend from full,
+// before it starts to refill. A receiver that enforces the same bucket
+// starts its refill at the first arrival, and the first request of a burst
+// arrives later than the ones after it when it pays for a new connection
+// (TCP, TLS): without the margin, a later request on a warm connection
+// arrives a token early and earns a 429. It costs rate × SendMargin tokens
+// once per burst from a full bucket, never in the sustained rate: a sender
+// kept busy takes each token as it comes, so its bucket is not full again.
+// A burst of one is the exception, full before every spend, so it gets no
+// margin: there the margin would come off the sustained rate.
+const SendMargin = 100 * time.Millisecond
+
+// TakeToSend is Take for the bucket of whoever sends the requests, the
+// origin: a spend from a full bucket (of a burst of two or more) starts its
+// refill SendMargin later. A receiver enforcing a rate, like the edge's
+// Durable Object, uses Take.
+func TakeToSend(s State, r Rate, now time.Time, n float64) (State, bool) {
+	s = Refill(s, r, now)
+	full := r.Burst >= 2 && s.Tokens >= r.Burst
+	s, ok := Take(s, r, now, n)
+	if ok && full {
+		s.Last = now.Add(SendMargin)
+	}
+	return s, ok
+}
+
 // Available is the number of whole tokens s holds at now.
 func Available(s State, r Rate, now time.Time) int {
 	return int(math.Floor(Refill(s, r, now).Tokens))
@@ -82,6 +109,7 @@ func Wait(s State, r Rate, now time.Time) time.Duration {
 	if r.PerSecond <= 0 {
 		return time.Duration(math.MaxInt64)
 	}
+	// Refill starts at Last, which TakeToSend may have put ahead of now.
 	// Round up so a caller that sleeps exactly this long finds the token there.
-	return time.Duration(math.Ceil((1 - s.Tokens) / r.PerSecond * float64(time.Second)))
+	return max(0, s.Last.Sub(now)) + time.Duration(math.Ceil((1-s.Tokens)/r.PerSecond*float64(time.Second)))
 }

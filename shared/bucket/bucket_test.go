@@ -89,3 +89,54 @@ func TestAvailableAndScale(t *testing.T) {
 		}
 	}
 }
+
+// A sender's first spend from a full bucket starts the refill SendMargin
+// later; a receiver's bucket (Take) refills at once. Later spends, with the
+// bucket below full, move nothing.
+func TestTakeToSendStartsTheRefillAMarginLater(t *testing.T) {
+	t.Parallel()
+	r := Rate{PerSecond: 10, Burst: 20}
+	s := Full(r, t0)
+	for i := range 20 {
+		var ok bool
+		if s, ok = TakeToSend(s, r, t0.Add(time.Duration(i)*time.Millisecond), 1); !ok {
+			t.Fatalf("take %d of the burst refused", i+1)
+		}
+	}
+	if !s.Last.Equal(t0.Add(SendMargin)) {
+		t.Fatalf("Last = %v after the burst, want the first spend + SendMargin", s.Last.Sub(t0))
+	}
+	if got, want := Wait(s, r, t0.Add(19*time.Millisecond)), SendMargin+100*time.Millisecond-19*time.Millisecond; got != want {
+		t.Fatalf("Wait after the burst = %v, want %v", got, want)
+	}
+	first := t0.Add(SendMargin + 100*time.Millisecond)
+	if _, ok := TakeToSend(s, r, first.Add(-time.Millisecond), 1); ok {
+		t.Fatal("a 21st token 1 ms before the margin and one interval had passed")
+	}
+	s, ok := TakeToSend(s, r, first, 1)
+	if !ok {
+		t.Fatal("no 21st token once the margin and one interval had passed")
+	}
+	if !s.Last.Equal(first) {
+		t.Fatalf("a spend below full moved Last to %v, want %v", s.Last.Sub(t0), first.Sub(t0))
+	}
+	// Over the next second exactly ten more, as with Take.
+	spent := 0
+	for ms := 1; ms <= 1000; ms++ {
+		if s, ok = TakeToSend(s, r, first.Add(time.Duration(ms)*time.Millisecond), 1); ok {
+			spent++
+		}
+	}
+	if spent != 10 {
+		t.Fatalf("spent %d tokens in 1s at 10/s, want 10", spent)
+	}
+
+	recv, _ := Take(Full(r, t0), r, t0, 1)
+	if !recv.Last.Equal(t0) {
+		t.Fatalf("Take moved a receiver's Last to %v", recv.Last.Sub(t0))
+	}
+	one := Rate{PerSecond: 2, Burst: 1}
+	if s, _ := TakeToSend(Full(one, t0), one, t0, 1); !s.Last.Equal(t0) {
+		t.Fatalf("a burst of one got a margin: Last %v", s.Last.Sub(t0))
+	}
+}
