@@ -42,8 +42,9 @@ func Full(r Rate, now time.Time) State { return State{Tokens: r.Burst, Last: now
 func Empty(now time.Time) State { return State{Last: now} }
 
 // Refill returns s advanced to now: tokens accrued since Last, clamped to the
-// burst. A clock that moved backwards accrues nothing and keeps Last, so a
-// bucket never gains tokens from a clock step.
+// burst. A Last ahead of now (a clock that moved backwards, or a refill that
+// TakeToSend or a deferral put off) accrues nothing and is kept, so a bucket
+// never gains tokens from a clock step.
 func Refill(s State, r Rate, now time.Time) State {
 	if s.Tokens > r.Burst {
 		s.Tokens = r.Burst // the burst was lowered
@@ -69,28 +70,31 @@ func Take(s State, r Rate, now time.Time, n float64) (State, bool) {
 	return s, true
 }
 
-// SendMargin is how long a sender's bucket waits, after a spend from full,
-// before it starts to refill. A receiver that enforces the same bucket
-// starts its refill at the first arrival, and the first request of a burst
-// arrives later than the ones after it when it pays for a new connection
-// (TCP, TLS): without the margin, a later request on a warm connection
-// arrives a token early and earns a 429. It costs rate × SendMargin tokens
-// once per burst from a full bucket, never in the sustained rate: a sender
-// kept busy takes each token as it comes, so its bucket is not full again.
-// A burst of one is the exception, full before every spend, so it gets no
-// margin: there the margin would come off the sustained rate.
+// SendMargin is, at most, how long a sender's bucket waits after a spend
+// from full before it starts to refill. A receiver that enforces the same
+// bucket starts its refill at the first arrival, and the first request of a
+// burst arrives later than the ones after it when it pays for a new
+// connection (TCP, TLS): without a margin, a later request on a warm
+// connection arrives a token early and earns a 429.
 const SendMargin = 100 * time.Millisecond
 
+// margin is the refill delay TakeToSend applies: SendMargin, but never more
+// than the burst left after the spend can cover at the full rate, so a
+// sender at or below the rate never waits for it (and a burst of one gets
+// none). It costs a burst that empties the bucket rate × margin tokens.
+func margin(r Rate) time.Duration {
+	return min(SendMargin, time.Duration((r.Burst-1)/r.PerSecond*float64(time.Second)))
+}
+
 // TakeToSend is Take for the bucket of whoever sends the requests, the
-// origin: a spend from a full bucket (of a burst of two or more) starts its
-// refill SendMargin later. A receiver enforcing a rate, like the edge's
-// Durable Object, uses Take.
+// origin: a spend from a full bucket starts its refill a margin later. A
+// receiver enforcing a rate, like the edge's Durable Object, uses Take.
 func TakeToSend(s State, r Rate, now time.Time, n float64) (State, bool) {
 	s = Refill(s, r, now)
-	full := r.Burst >= 2 && s.Tokens >= r.Burst
+	full := s.Tokens >= r.Burst
 	s, ok := Take(s, r, now, n)
-	if ok && full {
-		s.Last = now.Add(SendMargin)
+	if m := margin(r); ok && full && m > 0 {
+		s.Last = now.Add(m)
 	}
 	return s, ok
 }

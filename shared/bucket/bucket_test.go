@@ -140,3 +140,31 @@ func TestTakeToSendStartsTheRefillAMarginLater(t *testing.T) {
 		t.Fatalf("a burst of one got a margin: Last %v", s.Last.Sub(t0))
 	}
 }
+
+// The margin never makes a sender at or below the rate wait: it is at most
+// what the burst left after a spend covers at the full rate.
+func TestTakeToSendNeverDelaysAStreamWithinTheRate(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		r       Rate
+		offered float64
+	}{
+		{Rate{PerSecond: 100, Burst: 2}, 50},
+		{Rate{PerSecond: 100, Burst: 2}, 90},
+		{Rate{PerSecond: 100, Burst: 5}, 99},
+		{Rate{PerSecond: 10, Burst: 20}, 9.9},
+		{Rate{PerSecond: 2, Burst: 1}, 1.9},
+	} {
+		s := Full(c.r, t0)
+		every := time.Duration(float64(time.Second) / c.offered)
+		for i := range int(5 * c.offered) {
+			var ok bool
+			if s, ok = TakeToSend(s, c.r, t0.Add(time.Duration(i)*every), 1); !ok {
+				t.Fatalf("%+v at %v/s: send %d refused", c.r, c.offered, i+1)
+			}
+		}
+	}
+	if m := margin(Rate{PerSecond: 100, Burst: 2}); m != 10*time.Millisecond {
+		t.Fatalf("margin at 100/s, burst 2 = %v, want the 10 ms one spare token covers", m)
+	}
+}
