@@ -705,12 +705,14 @@ func (c *cli) list(ctx context.Context, f *cmdFlags, path string, q url.Values, 
 		if items == nil {
 			items = []json.RawMessage{}
 		}
-		return writeJSON(c.stdout, page{Data: items, NextCursor: next})
-	}
-	if err := table(items); err != nil {
+		if err := writeJSON(c.stdout, page{Data: items, NextCursor: next}); err != nil {
+			return err
+		}
+	} else if err := table(items); err != nil {
 		return err
 	}
-	if more {
+	// JSON with a next_cursor says so itself; a filtered list has none.
+	if more && (!f.conn.json || next == "") {
 		fmt.Fprintf(c.stderr, "sluice: showing the first %d %s; more remain (raise --limit, or --limit 0 for all)\n", limit, what)
 	}
 	return nil

@@ -257,6 +257,14 @@ func TestClientSubscribersRoundTrip(t *testing.T) {
 		t.Errorf("subscribers list --limit 1: %d rows, stderr %q; want 1 row and a note\n%s", n, r.stderr, r.stdout)
 	}
 
+	// A filter reads every page, then --limit cuts what it kept, and says so
+	// even under --json, which has no next_cursor to give.
+	for _, args := range [][]string{{"--status", "active", "--limit", "1"}, {"--status", "active", "--limit", "1", "--json"}} {
+		r = o.ok(append([]string{"subscribers", "list"}, args...)...)
+		if strings.Contains(r.stdout, "next_cursor") || !strings.Contains(r.stderr, "more remain") {
+			t.Errorf("subscribers list %s: stderr %q; want the note that more remain\n%s", strings.Join(args, " "), r.stderr, r.stdout)
+		}
+	}
 	req, _ := http.NewRequest(http.MethodPatch, o.URL+"/v1/subscribers/partner-a", strings.NewReader(`{"paused":true}`))
 	req.Header.Set("Authorization", "Bearer "+clientTestToken)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
@@ -451,6 +459,10 @@ func TestClientDeadLetters(t *testing.T) {
 	}
 	if o.okJSON(&dead, "dlq", "list", "--status", "dead", "--subscriber", "flaky"); len(dead.Data) != 2 {
 		t.Errorf("dlq list --status dead --subscriber flaky --json: %+v, want the 2 dead deliveries", dead.Data)
+	}
+	dead.Data = nil
+	if o.okJSON(&dead, "dlq", "list", "--subscriber", "someone-else"); len(dead.Data) != 0 {
+		t.Errorf("dlq list --subscriber someone-else --json: %+v, want none", dead.Data)
 	}
 	r = o.ok("deliveries", "show", ds[0].ID)
 	_, attempts, _ := strings.Cut(r.stdout, "\n\n")
