@@ -75,6 +75,7 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 			{"--retry-base", "1s", "--retry-cap", "1ms"},
 			{"--breaker-threshold", "0"},
 			{"--edge-url", "http://127.0.0.1:9"},
+			{"--edge-url", "http://127.0.0.1:9", "--edge-secret", "not-a-whsec-secret"},
 		} {
 			out, errOut, code := runSluice(t, nil, serveArgs(db, "tok", bad...)...)
 			if code != 2 || !strings.Contains(errOut, bad[len(bad)-2]) {
@@ -84,8 +85,12 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 		if _, err := os.Stat(db); !os.IsNotExist(err) {
 			t.Errorf("a refused serve left %s behind (%v)", db, err)
 		}
-		// slog's level names are read in any case: this one starts and listens.
-		serve(t, filepath.Join(t.TempDir(), "sluice.db"), "tok", "--log-level", "DEBUG")
+		// slog's level names are read in any case: this one starts and listens,
+		// and says that --edge-types alone changes nothing.
+		c := serve(t, filepath.Join(t.TempDir(), "sluice.db"), "tok", "--log-level", "DEBUG", "--edge-types", "video.view")
+		if !strings.Contains(c.Stderr(), "--edge-types has no effect") {
+			t.Errorf("serve --edge-types without --edge-url: no warning in\n%s", c.Stderr())
+		}
 	})
 
 	t.Run("environment configures serve", func(t *testing.T) {

@@ -130,20 +130,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log := newLogger(c.logFormat, c.logLevel, stderr)
 	tuneGC(getenv)
-
-	l, err := ledger.Open(ctx, c.db, ledger.Options{})
-	if err != nil {
-		if errors.Is(err, ledger.ErrLocked) {
-			return fmt.Errorf("%s is in use by another sluice process; stop it or choose another --db", c.db)
-		}
-		return fmt.Errorf("open %s: %w", c.db, err)
-	}
-	defer l.Close()
-
-	token, err := apiToken(ctx, l, c.apiToken, stdout)
-	if err != nil {
-		return err
-	}
+	// The edge lane's settings are checked before the database is touched.
 	var edge delivery.EdgeLane
 	var edgeTypes []string
 	if c.edgeURL != "" {
@@ -161,6 +148,20 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	if c.edgeURL == "" && strings.TrimSpace(c.edgeTypes) != "" {
 		log.Warn("--edge-types has no effect without --edge-url and --edge-secret: every event goes by the origin lane")
+	}
+
+	l, err := ledger.Open(ctx, c.db, ledger.Options{})
+	if err != nil {
+		if errors.Is(err, ledger.ErrLocked) {
+			return fmt.Errorf("%s is in use by another sluice process; stop it or choose another --db", c.db)
+		}
+		return fmt.Errorf("open %s: %w", c.db, err)
+	}
+	defer l.Close()
+
+	token, err := apiToken(ctx, l, c.apiToken, stdout)
+	if err != nil {
+		return err
 	}
 
 	policy := egress.Policy{AllowPrivate: c.allowPrivate}
