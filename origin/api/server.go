@@ -90,7 +90,9 @@ func New(cfg Config) *echo.Echo {
 	// The token is checked before routing, so without it every path under
 	// /v1, routed or not, answers 401 and tells nothing about the routes.
 	e.Pre(s.auth)
-	v1 := v1Routes{e}
+	// A group without middleware: echo adds its catch-all 404 routes only
+	// for a group's middleware, and those would answer 404 where 405 is due.
+	v1 := e.Group("/v1")
 	v1.POST("/subscribers", s.createSubscriber)
 	v1.GET("/subscribers", s.listSubscribers)
 	v1.GET("/subscribers/:id", s.getSubscriber)
@@ -107,15 +109,6 @@ func New(cfg Config) *echo.Echo {
 	v1.GET("/stats", s.stats)
 	return e
 }
-
-// v1Routes registers routes under /v1. Not an echo group: a group with
-// middleware answers every unmatched method under it with 404, not 405.
-type v1Routes struct{ e *echo.Echo }
-
-func (r v1Routes) GET(p string, h echo.HandlerFunc)    { r.e.GET("/v1"+p, h) }
-func (r v1Routes) POST(p string, h echo.HandlerFunc)   { r.e.POST("/v1"+p, h) }
-func (r v1Routes) PATCH(p string, h echo.HandlerFunc)  { r.e.PATCH("/v1"+p, h) }
-func (r v1Routes) DELETE(p string, h echo.HandlerFunc) { r.e.DELETE("/v1"+p, h) }
 
 // auth checks the bearer token, in constant time, on every path under /v1.
 func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
