@@ -9,17 +9,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/shared/fakeclock"
 )
-
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) Now() time.Time { return c.t }
 
 var t0 = time.Date(2026, 7, 11, 8, 14, 2, 0, time.UTC)
 
-func open(t *testing.T) (*Ledger, *fakeClock, string) {
+func open(t *testing.T) (*Ledger, *fakeclock.Clock, string) {
 	t.Helper()
-	clock := &fakeClock{t: t0}
+	clock := fakeclock.New(t0)
 	path := filepath.Join(t.TempDir(), "sluice.db")
 	l, err := Open(context.Background(), path, Options{Now: clock.Now})
 	if err != nil {
@@ -136,7 +134,7 @@ func TestClaimTakesDueWorkAndRecordsOutcomes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 3, Now: clock.t, LeaseUntil: clock.t.Add(time.Minute)}})
+	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 3, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,29 +146,29 @@ func TestClaimTakesDueWorkAndRecordsOutcomes(t *testing.T) {
 		t.Fatalf("first claimed = %+v, want event a with its body", got.Deliveries[0])
 	}
 	// Record one sent, one retry in 10s, one dead; then claim the rest.
-	a := func(n int) *Attempt { return &Attempt{Number: n, At: clock.t, Lane: LaneOrigin, StatusCode: 500} }
-	ok := &Attempt{Number: 1, At: clock.t, Lane: LaneOrigin, StatusCode: 200}
+	a := func(n int) *Attempt { return &Attempt{Number: n, At: clock.Now(), Lane: LaneOrigin, StatusCode: 500} }
+	ok := &Attempt{Number: 1, At: clock.Now(), Lane: LaneOrigin, StatusCode: 200}
 	ds := got.Deliveries
 	err = l.Record(ctx, []Result{
 		{Seq: ds[0].Seq, SubscriberID: "s", Attempt: ok, Status: StatusSent},
-		{Seq: ds[1].Seq, SubscriberID: "s", Attempt: a(1), Status: StatusPending, NextAttemptAt: clock.t.Add(10 * time.Second)},
+		{Seq: ds[1].Seq, SubscriberID: "s", Attempt: a(1), Status: StatusPending, NextAttemptAt: clock.Now().Add(10 * time.Second)},
 		{Seq: ds[2].Seq, SubscriberID: "s", Attempt: a(1), Status: StatusDead},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 3, Now: clock.t, LeaseUntil: clock.t.Add(time.Minute)}})
+	res, err = l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 3, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := res[0]; len(got.Deliveries) != 2 || !got.Drained || !got.NextDue.Equal(clock.t.Add(10*time.Second)) {
+	if got := res[0]; len(got.Deliveries) != 2 || !got.Drained || !got.NextDue.Equal(clock.Now().Add(10*time.Second)) {
 		t.Fatalf("second claim = %d, drained %v, next due %v; want 2, true, +10s", len(got.Deliveries), got.Drained, got.NextDue)
 	}
 	d, err := l.Delivery(ctx, DeliveryID(ds[2].Seq))
 	if err != nil || d.Status != StatusDead || len(d.History) != 1 || d.History[0].StatusCode != 500 || d.DeadAt == nil {
 		t.Fatalf("dead delivery = %+v (%v)", d, err)
 	}
-	if n, err := l.Recover(ctx, "s", clock.t); err != nil || n != 1 {
+	if n, err := l.Recover(ctx, "s", clock.Now()); err != nil || n != 1 {
 		t.Fatalf("Recover = %d, %v; want 1", n, err)
 	}
 	if _, err := l.Requeue(ctx, DeliveryID(ds[0].Seq)); !errors.Is(err, ErrConflict) {
@@ -180,7 +178,7 @@ func TestClaimTakesDueWorkAndRecordsOutcomes(t *testing.T) {
 
 func TestRestartReturnsInflightToPending(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{t: t0}
+	clock := fakeclock.New(t0)
 	path := filepath.Join(t.TempDir(), "r.db")
 	l, err := Open(context.Background(), path, Options{Now: clock.Now})
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/shared/fakeclock"
 )
 
 func TestLatencyBucketsAreWithinFivePercent(t *testing.T) {
@@ -84,7 +86,7 @@ func TestQuietSubscribersLeaveTheWindows(t *testing.T) {
 // this process recorded.
 func TestStatsCountsSentAndTheWindow(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{t: t0}
+	clock := fakeclock.New(t0)
 	path := filepath.Join(t.TempDir(), "stats.db")
 	l, err := Open(context.Background(), path, Options{Now: clock.Now})
 	if err != nil {
@@ -100,24 +102,24 @@ func TestStatsCountsSentAndTheWindow(t *testing.T) {
 	if _, err := l.Enqueue(ctx, events, false); err != nil {
 		t.Fatal(err)
 	}
-	clock.t = t0.Add(30 * time.Millisecond)
-	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 10, Now: clock.t, LeaseUntil: clock.t.Add(time.Minute)}})
+	clock.Advance(30 * time.Millisecond)
+	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 10, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
 	if err != nil || len(res[0].Deliveries) != 10 {
 		t.Fatalf("claim = %+v (%v)", res, err)
 	}
 	var results []Result
 	for i, c := range res[0].Deliveries {
 		r := Result{Seq: c.Seq, SubscriberID: "s", EnqueuedAt: c.CreatedAt,
-			Attempt: &Attempt{Number: 1, At: clock.t, Lane: LaneOrigin, StatusCode: 204}, Status: StatusSent}
+			Attempt: &Attempt{Number: 1, At: clock.Now(), Lane: LaneOrigin, StatusCode: 204}, Status: StatusSent}
 		if i >= 7 {
-			r.Attempt.StatusCode, r.Status, r.NextAttemptAt = 503, StatusPending, clock.t.Add(time.Second)
+			r.Attempt.StatusCode, r.Status, r.NextAttemptAt = 503, StatusPending, clock.Now().Add(time.Second)
 		}
 		results = append(results, r)
 	}
 	if err := l.Record(ctx, results, nil); err != nil {
 		t.Fatal(err)
 	}
-	st, err := l.Stats(ctx, clock.t.Add(-5*time.Minute))
+	st, err := l.Stats(ctx, clock.Now().Add(-5*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +136,7 @@ func TestStatsCountsSentAndTheWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	st, err = l.Stats(ctx, clock.t.Add(-5*time.Minute))
+	st, err = l.Stats(ctx, clock.Now().Add(-5*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +146,7 @@ func TestStatsCountsSentAndTheWindow(t *testing.T) {
 	if err := l.DeleteSubscriber(ctx, "s"); err != nil {
 		t.Fatal(err)
 	}
-	st, err = l.Stats(ctx, clock.t.Add(-5*time.Minute))
+	st, err = l.Stats(ctx, clock.Now().Add(-5*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

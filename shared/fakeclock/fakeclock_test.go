@@ -8,6 +8,7 @@ import (
 )
 
 func TestAdvanceMovesNowAndFiresDueTimers(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 7, 11, 8, 14, 2, 0, time.UTC)
 	c := fakeclock.New(t0)
 	now := c.After(0)
