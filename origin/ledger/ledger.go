@@ -57,6 +57,7 @@ type Ledger struct {
 
 	sent   sentTotals
 	window windows
+	prune  pruner
 
 	countsMu sync.Mutex // guards the last Counts answer
 	counts   map[string]*SubscriberStats

@@ -96,8 +96,8 @@ func (l *Ledger) sentCounts(ctx context.Context) (map[string]int64, error) {
 	return maps.Clone(l.sent.n), nil
 }
 
-// addSent adds marks to the totals (in the write loop); exact is false
-// when the rows marked did not match the results.
+// addSent adds marks (negative when rows were pruned) to the totals, in the
+// write loop; exact is false when the rows marked did not match the results.
 func (l *Ledger) addSent(marks map[string]int64, exact bool) {
 	l.sent.mu.Lock()
 	defer l.sent.mu.Unlock()
@@ -106,7 +106,9 @@ func (l *Ledger) addSent(marks map[string]int64, exact bool) {
 		return
 	}
 	for id, k := range marks {
-		l.sent.n[id] += k
+		if l.sent.n[id] += k; l.sent.n[id] == 0 {
+			delete(l.sent.n, id) // as a recount would have it
+		}
 	}
 }
 

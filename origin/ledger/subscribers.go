@@ -149,7 +149,7 @@ func (l *Ledger) UpdateSubscriber(ctx context.Context, id string, change func(*S
 }
 
 // DeleteSubscriber removes a subscriber with its deliveries and their
-// attempts; an operator's removal is the one way deliveries leave the ledger.
+// attempts. Deliveries leave the ledger this way, or by retention once sent (Prune).
 func (l *Ledger) DeleteSubscriber(ctx context.Context, id string) error {
 	return l.write(ctx, func(ctx context.Context, w *writer) error {
 		if _, ok := l.patterns[id]; !ok {

@@ -15,7 +15,7 @@ import (
 // serveFlags are the flags DESIGN.md promises for `sluice serve`.
 var serveFlags = []string{
 	"addr", "db", "api-token", "allow-private-endpoints", "edge-url", "edge-secret", "edge-types",
-	"workers", "retry-base", "retry-cap", "breaker-threshold", "breaker-cooldown", "max-body",
+	"workers", "retry-base", "retry-cap", "breaker-threshold", "breaker-cooldown", "max-body", "retention",
 }
 
 func TestServeFlagsAndEnvironment(t *testing.T) {
@@ -74,6 +74,7 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 			{"--workers", "0"},
 			{"--retry-base", "1s", "--retry-cap", "1ms"},
 			{"--breaker-threshold", "0"},
+			{"--retention", "-1h"},
 			{"--edge-url", "http://127.0.0.1:9"},
 			{"--edge-url", "http://127.0.0.1:9", "--edge-secret", "not-a-whsec-secret"},
 		} {

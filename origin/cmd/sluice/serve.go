@@ -33,6 +33,7 @@ type serveConfig struct {
 	retryBase, retryCap    time.Duration
 	breakerThreshold       int
 	breakerCooldown, drain time.Duration
+	retention              time.Duration
 	maxBody                byteSize
 	logFormat, logLevel    string
 }
@@ -54,6 +55,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.breakerCooldown, "breaker-cooldown", 60*time.Second, "time a breaker stays open before its half-open probe")
 	fs.Var(&c.maxBody, "max-body", "largest event accepted (413 beyond)")
 	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "how long shutdown waits for attempts in flight")
+	fs.DurationVar(&c.retention, "retention", 0, "remove events this long after enqueue once every delivery was sent, with their deliveries and attempts (0: keep all; pending and dead ones always stay)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return fs, c
@@ -66,6 +68,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.retryBase <= 0 || c.retryCap < c.retryBase {
 		errs = append(errs, errors.New("--retry-base must be positive and --retry-cap at least --retry-base"))
+	}
+	if c.retention < 0 {
+		errs = append(errs, errors.New("--retention must be 0 (keep everything) or more"))
 	}
 	if c.breakerThreshold < 1 || c.breakerCooldown <= 0 {
 		errs = append(errs, errors.New("--breaker-threshold must be at least 1 and --breaker-cooldown positive"))
@@ -201,6 +206,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	go func() { dispDone <- disp.Run(dispCtx) }()
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Serve(ln) }()
+	retainCtx, stopRetain := context.WithCancel(ctx)
+	retained := make(chan struct{})
+	go func() {
+		defer close(retained)
+		if c.retention > 0 {
+			retain(retainCtx, l, c.retention, log)
+		}
+	}()
+	defer func() { stopRetain(); <-retained }() // before the ledger closes
 
 	select {
 	case <-ctx.Done():
@@ -220,6 +234,41 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// retainEvery is how often serve prunes delivered events past --retention.
+const retainEvery = time.Minute
+
+// retain removes delivered events older than keep, at start and then every
+// retainEvery, a few hundred at a time so the write loop never stalls on
+// it, until ctx ends.
+func retain(ctx context.Context, l *ledger.Ledger, keep time.Duration, log *slog.Logger) {
+	t := time.NewTicker(retainEvery)
+	defer t.Stop()
+	for {
+		total := 0
+		for {
+			n, more, err := l.Prune(ctx, time.Now().Add(-keep), 500)
+			total += n
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("retention: pruning failed; trying again later", "err", err)
+				}
+				break
+			}
+			if !more || ctx.Err() != nil {
+				break
+			}
+		}
+		if total > 0 {
+			log.Info("retention: removed delivered events", "events", total, "older_than", keep.String())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // apiToken returns the configured token, or the one kept in the database,
