@@ -80,9 +80,12 @@ const SendMargin = 100 * time.Millisecond
 
 // margin is the refill delay TakeToSend applies: SendMargin, but never more
 // than the burst left after the spend can cover at the full rate, so a
-// sender at or below the rate never waits for it (and a burst of one gets
-// none). It costs a burst that empties the bucket rate × margin tokens.
+// sender below the rate never waits for it (and a burst of one gets none).
+// It costs a burst that empties the bucket rate × margin tokens.
 func margin(r Rate) time.Duration {
+	if r.PerSecond <= 0 || r.Burst <= 1 {
+		return 0
+	}
 	return min(SendMargin, time.Duration((r.Burst-1)/r.PerSecond*float64(time.Second)))
 }
 
