@@ -8,8 +8,8 @@ import (
 )
 
 // pruneRescan is how often Prune starts over from the oldest event, so an
-// event it passed over (a delivery still pending or dead then) is pruned
-// once all of its deliveries are sent.
+// event it passed over (a delivery still pending or dead then, or sent too
+// recently) is pruned once all of its deliveries are sent and old enough.
 const pruneRescan = time.Hour
 
 // pruner is where Prune has got to; only the write loop touches it.
@@ -18,12 +18,14 @@ type pruner struct {
 	resetAt time.Time
 }
 
-// Prune removes up to max events enqueued before cutoff whose deliveries
-// were all sent, with those deliveries and their attempts, and returns how
-// many events it removed and whether older events may remain. An event with
-// a delivery pending, in flight or dead stays, whatever its age: retention
-// never takes what has not reached its subscriber. An event that matched no
-// subscriber goes like a delivered one. Its id may then be enqueued again.
+// Prune looks at up to max events enqueued before cutoff and removes those
+// whose deliveries were all sent before cutoff, with the deliveries and
+// their attempts. It returns how many it removed and whether older events
+// remain to look at. An event with a delivery pending, in flight or dead
+// stays, whatever its age: retention never takes what has not reached its
+// subscriber, and one recovered from the dead letters keeps its history for
+// the full period after it is sent. An event that matched no subscriber goes
+// like a delivered one. A removed event's id may be enqueued again.
 func (l *Ledger) Prune(ctx context.Context, cutoff time.Time, max int) (pruned int, more bool, err error) {
 	err = l.write(ctx, func(ctx context.Context, w *writer) error {
 		if !w.now.Before(l.prune.resetAt) {
@@ -53,8 +55,8 @@ func (l *Ledger) Prune(ctx context.Context, cutoff time.Time, max int) (pruned i
 		js, _ := json.Marshal(seqs)
 		var done []int64
 		err = collect(ctx, w.conn, `SELECT e.value FROM json_each(?) e WHERE NOT EXISTS
-			(SELECT 1 FROM deliveries d WHERE d.event_seq = e.value AND d.status != 'sent')`,
-			[]any{string(js)}, func(rows *sql.Rows) error {
+			(SELECT 1 FROM deliveries d WHERE d.event_seq = e.value AND (d.status != 'sent' OR d.sent_at >= ?))`,
+			[]any{string(js), ms(cutoff)}, func(rows *sql.Rows) error {
 				var seq int64
 				if err := rows.Scan(&seq); err != nil {
 					return err

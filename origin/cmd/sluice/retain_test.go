@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -13,42 +14,48 @@ import (
 	"github.com/sluice-dev/sluice/shared/fakeclock"
 )
 
-// serve's retention loop prunes at once on start: an event enqueued two
-// days ago (on the ledger's clock) is gone under --retention 24h, and one
-// enqueued now stays.
+// serve's retention loop prunes at once on start, batch after batch: the
+// 250 events enqueued two days ago are all gone under a 24 h retention (at
+// 100 a batch, three batches), and the one enqueued now stays.
 func TestRetainPrunesPastTheRetentionAtStart(t *testing.T) {
 	t.Parallel()
-	clock := fakeclock.New(time.Now().Add(-48 * time.Hour))
+	clock := fakeclock.New(time.Date(2026, 7, 11, 8, 14, 2, 0, time.UTC))
 	l, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "sluice.db"), ledger.Options{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
-	enqueue := func(id string) {
-		t.Helper()
-		if _, err := l.Enqueue(ctx, []ledger.NewEvent{{ID: id, Type: "t", Body: []byte(`{}`)}}, false); err != nil {
-			t.Fatal(err)
-		}
+	defer cancel()
+	var old []ledger.NewEvent
+	for i := range 250 {
+		old = append(old, ledger.NewEvent{ID: fmt.Sprint("old-", i), Type: "t", Body: []byte(`{}`)})
 	}
-	enqueue("old")
+	if _, err := l.Enqueue(ctx, old, false); err != nil {
+		t.Fatal(err)
+	}
 	clock.Advance(48 * time.Hour)
-	enqueue("new")
+	if _, err := l.Enqueue(ctx, []ledger.NewEvent{{ID: "new", Type: "t", Body: []byte(`{}`)}}, false); err != nil {
+		t.Fatal(err)
+	}
 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		retain(ctx, l, 24*time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		retain(ctx, l, 24*time.Hour, clock.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
+	// retain runs on its own goroutine: wait (in real time) for its first pass.
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, _, err := l.Event(ctx, "old"); errors.Is(err, ledger.ErrNotFound) {
-			break
+	for _, e := range old {
+		for {
+			if _, _, err := l.Event(ctx, e.ID); errors.Is(err, ledger.ErrNotFound) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s is still there 10 s after retain started", e.ID)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the old event is still there 10 s after retain started")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	cancel()
 	<-done

@@ -55,7 +55,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.DurationVar(&c.breakerCooldown, "breaker-cooldown", 60*time.Second, "time a breaker stays open before its half-open probe")
 	fs.Var(&c.maxBody, "max-body", "largest event accepted (413 beyond)")
 	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "how long shutdown waits for attempts in flight")
-	fs.DurationVar(&c.retention, "retention", 0, "remove events this long after enqueue once every delivery was sent, with their deliveries and attempts (0: keep all; pending and dead ones always stay)")
+	fs.DurationVar(&c.retention, "retention", 0, "remove events whose every delivery was sent longer ago than this, with their deliveries and attempts (0: keep all; pending and dead ones always stay)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return fs, c
@@ -211,7 +211,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	go func() {
 		defer close(retained)
 		if c.retention > 0 {
-			retain(retainCtx, l, c.retention, log)
+			retain(retainCtx, l, c.retention, time.Now, log)
 		}
 	}()
 	defer func() { stopRetain(); <-retained }() // before the ledger closes
@@ -239,16 +239,22 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 // retainEvery is how often serve prunes delivered events past --retention.
 const retainEvery = time.Minute
 
+// pruneBatch is how many events one Prune looks at. Each is one write that
+// holds the ledger's writer; retain rests four times as long as a batch took
+// before the next, so pruning a long history takes a fifth of the writer at
+// most, and claims and records go on meanwhile.
+const pruneBatch = 100
+
 // retain removes delivered events older than keep, at start and then every
-// retainEvery, a few hundred at a time so the write loop never stalls on
-// it, until ctx ends.
-func retain(ctx context.Context, l *ledger.Ledger, keep time.Duration, log *slog.Logger) {
+// retainEvery, until ctx ends.
+func retain(ctx context.Context, l *ledger.Ledger, keep time.Duration, now func() time.Time, log *slog.Logger) {
 	t := time.NewTicker(retainEvery)
 	defer t.Stop()
 	for {
 		total := 0
 		for {
-			n, more, err := l.Prune(ctx, time.Now().Add(-keep), 500)
+			began := time.Now()
+			n, more, err := l.Prune(ctx, now().Add(-keep), pruneBatch)
 			total += n
 			if err != nil {
 				if ctx.Err() == nil {
@@ -256,7 +262,7 @@ func retain(ctx context.Context, l *ledger.Ledger, keep time.Duration, log *slog
 				}
 				break
 			}
-			if !more || ctx.Err() != nil {
+			if !more || !rest(ctx, 4*time.Since(began)) {
 				break
 			}
 		}
@@ -268,6 +274,18 @@ func retain(ctx context.Context, l *ledger.Ledger, keep time.Duration, log *slog
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// rest waits d, and reports false if ctx ended first.
+func rest(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
