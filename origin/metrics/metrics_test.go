@@ -104,7 +104,10 @@ func TestScrapeShowsAttemptsLatencyAndState(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		fams := scrape(t, m.Handler())
-		if f, ok := fams["sluice_attempts_total"]; ok && len(f.Metric) > 0 {
+		// A scrape gathers the collectors concurrently, so one taken while the
+		// attempt is being counted may hold its attempt but not yet its latency.
+		_, timed := fams["sluice_delivery_latency_seconds"]
+		if f, ok := fams["sluice_attempts_total"]; ok && len(f.Metric) > 0 && timed {
 			if got := value(t, fams, "sluice_attempts_total", map[string]string{"subscriber_id": "good", "lane": "origin", "outcome": "success"}); got != 1 {
 				t.Fatalf("attempts_total{good,success} = %v, want 1", got)
 			}
