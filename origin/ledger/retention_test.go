@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/shared/fakeclock"
 )
 
 // prunePlay is a ledger with subscribers a and b (type "t") and helpers to
@@ -13,10 +15,7 @@ import (
 type prunePlay struct {
 	t     *testing.T
 	l     *Ledger
-	clock interface {
-		Now() time.Time
-		Advance(time.Duration)
-	}
+	clock *fakeclock.Clock
 }
 
 func newPrunePlay(t *testing.T) *prunePlay {
@@ -39,10 +38,10 @@ func (p *prunePlay) settle(sub string, status Status) {
 	p.t.Helper()
 	ctx, now := context.Background(), p.clock.Now()
 	res, err := p.l.Claim(ctx, []ClaimRequest{{SubscriberID: sub, Max: 10, Now: now, LeaseUntil: now.Add(time.Minute)}})
-	if err != nil || status == "" {
-		if err != nil {
-			p.t.Fatal(err)
-		}
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if status == "" {
 		return
 	}
 	var rs []Result
@@ -99,7 +98,7 @@ func TestPruneTakesOnlyWhatWasDelivered(t *testing.T) {
 	p.settle("a", StatusSent)
 	p.settle("b", StatusDead)
 	p.clock.Advance(48 * time.Hour)
-	if _, err := p.l.Requeue(ctx, DeliveryID(p.deliveryOf(t, "recovered-old", "b"))); err != nil {
+	if _, err := p.l.Requeue(ctx, DeliveryID(p.deliveryOf("recovered-old", "b"))); err != nil {
 		t.Fatal(err)
 	}
 	p.settle("b", StatusSent) // recovered-old's, sent now
@@ -146,18 +145,18 @@ func TestPruneTakesOnlyWhatWasDelivered(t *testing.T) {
 }
 
 // deliveryOf is the seq of event id's delivery to sub.
-func (p *prunePlay) deliveryOf(t *testing.T, id, sub string) int64 {
-	t.Helper()
+func (p *prunePlay) deliveryOf(id, sub string) int64 {
+	p.t.Helper()
 	_, ds, err := p.l.Event(context.Background(), id)
 	if err != nil {
-		t.Fatal(err)
+		p.t.Fatal(err)
 	}
 	for _, d := range ds {
 		if d.SubscriberID == sub {
 			return d.seq
 		}
 	}
-	t.Fatalf("event %s has no delivery to %s", id, sub)
+	p.t.Fatalf("event %s has no delivery to %s", id, sub)
 	return 0
 }
 
@@ -174,7 +173,7 @@ func TestPruneComesBackForWhatItPassed(t *testing.T) {
 	if n, _, err := p.l.Prune(ctx, p.clock.Now(), 100); err != nil || n != 0 {
 		t.Fatalf("Prune with b pending = %d, %v; want 0", n, err)
 	}
-	if _, err := p.l.Requeue(ctx, DeliveryID(p.deliveryOf(t, "late", "b"))); err != nil {
+	if _, err := p.l.Requeue(ctx, DeliveryID(p.deliveryOf("late", "b"))); err != nil {
 		t.Fatal(err)
 	}
 	p.settle("b", StatusSent)
