@@ -23,7 +23,7 @@ type Grant struct {
 
 // TakeToken is the Durable Object's whole decision: refill s to now and spend
 // one token, with the arithmetic of the origin's buckets less the origin's
-// margin after a burst (the object enforces, like a partner). A nil s is a
+// reserve for jitter (the object enforces, like a partner). A nil s is a
 // subscriber the object has never seen, which starts with its full burst
 // (its storage is durable, so "never seen" really means never). The returned
 // state must be stored whether or not the take succeeded: it carries the

@@ -48,8 +48,8 @@ func TestRateCapHoldsUnderABacklog(t *testing.T) {
 
 // A partner enforcing its advertised bucket counts arrivals, and the first
 // request of a burst, which opens a connection, arrives later than the warm
-// ones after it (30 ms here). sluice's refill starts bucket.SendMargin after
-// the burst, so the partner never runs short and never answers 429.
+// ones after it (30 ms here). sluice keeps back what the rate refills in
+// bucket.SendMargin, so the partner never runs short and never answers 429.
 func TestABurstLeavesAStrictPartnerItsMargin(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true)
@@ -82,7 +82,7 @@ func TestABurstLeavesAStrictPartnerItsMargin(t *testing.T) {
 	if refusals != 0 {
 		t.Fatalf("the partner refused %d requests as early", refusals)
 	}
-	// The margin costs one token at 10/s: 20 + 10 × (3 s − 100 ms).
+	// The reserve costs one token at 10/s: 20 − 1 + 10 × 3 s.
 	if n := rc.count(); n != 49 {
 		t.Fatalf("%d requests in 3 s at 10/s after a burst of 20, want 49", n)
 	}
@@ -126,18 +126,24 @@ func TestBucketStartsEmptyAfterARestart(t *testing.T) {
 	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.Rate.PerSecond, s.Rate.Burst = 1, 5 })
 	b.send("e", "t", 20)
 	b.settle()
-	if n := rc.count(); n != 5 {
-		t.Fatalf("first process delivered %d, want the burst of 5", n)
+	// The burst of 5, less the sender's reserve of 0.1 token at 1/s.
+	if n := rc.count(); n != 4 {
+		t.Fatalf("first process delivered %d, want 4 of the burst of 5", n)
 	}
 	b.stop()
 	b.start() // a new dispatcher at the same instant must find the bucket spent
 	b.settle()
-	if n := rc.count(); n != 5 {
-		t.Fatalf("after restart %d delivered with no time passing, want still 5", n)
+	if n := rc.count(); n != 4 {
+		t.Fatalf("after restart %d delivered with no time passing, want still 4", n)
 	}
+	// From empty, one token above the reserve takes 1.1 s.
 	b.step(time.Second, 10*time.Millisecond)
-	if n := rc.count(); n != 6 {
-		t.Fatalf("one second after restart %d delivered, want 6", n)
+	if n := rc.count(); n != 4 {
+		t.Fatalf("one second after restart %d delivered, want still 4", n)
+	}
+	b.step(200*time.Millisecond, 10*time.Millisecond)
+	if n := rc.count(); n != 5 {
+		t.Fatalf("1.2 s after restart %d delivered, want 5", n)
 	}
 }
 

@@ -72,11 +72,13 @@ func (d *Dispatcher) laneLocked(s *sub, c *ledger.Claimed, now time.Time) ledger
 	return ledger.LaneEdge
 }
 
-// takeLocked spends a token of the lane's bucket.
+// takeLocked spends a token of the lane's bucket. The origin lane sends to
+// the subscriber, so its bucket keeps the sender's reserve; the edge bucket
+// only foresees the Durable Object's, which enforces on arrival.
 func (d *Dispatcher) takeLocked(s *sub, lane ledger.Lane, now time.Time) bool {
 	var ok bool
 	if lane == ledger.LaneEdge {
-		s.edgeBucket, ok = bucket.TakeToSend(s.edgeBucket, s.edgeRate, now, 1)
+		s.edgeBucket, ok = bucket.Take(s.edgeBucket, s.edgeRate, now, 1)
 	} else {
 		s.bucket, ok = bucket.TakeToSend(s.bucket, s.originRate, now, 1)
 	}
@@ -88,18 +90,19 @@ func (d *Dispatcher) takeLocked(s *sub, lane ledger.Lane, now time.Time) bool {
 func (d *Dispatcher) tokensLocked(s *sub, now time.Time) (int, time.Duration) {
 	var n int
 	var wait time.Duration = -1
-	add := func(b bucket.State, r bucket.Rate) {
-		n += bucket.Available(b, r, now)
-		if w := bucket.Wait(b, r, now); wait < 0 || w < wait {
+	add := func(tokens int, w time.Duration) {
+		n += tokens
+		if wait < 0 || w < wait {
 			wait = w
 		}
 	}
 	edgeUp := d.cfg.Edge != nil && s.usesEdge && !d.edge.downUntil.After(now)
 	if !edgeUp || s.usesOrigin {
-		add(s.bucket, s.originRate) // an edge-only subscriber's origin bucket is for fallback alone
+		// An edge-only subscriber's origin bucket is for fallback alone.
+		add(bucket.AvailableToSend(s.bucket, s.originRate, now), bucket.WaitToSend(s.bucket, s.originRate, now))
 	}
 	if edgeUp {
-		add(s.edgeBucket, s.edgeRate)
+		add(bucket.Available(s.edgeBucket, s.edgeRate, now), bucket.Wait(s.edgeBucket, s.edgeRate, now))
 	}
 	return n - len(s.queue) - s.admitted, wait
 }
@@ -113,7 +116,7 @@ func (d *Dispatcher) headWaitLocked(s *sub, now time.Time) time.Duration {
 	if d.laneLocked(s, &s.queue[0], now) == ledger.LaneEdge {
 		return bucket.Wait(s.edgeBucket, s.edgeRate, now)
 	}
-	return bucket.Wait(s.bucket, s.originRate, now)
+	return bucket.WaitToSend(s.bucket, s.originRate, now)
 }
 
 // viaEdge makes one attempt through the edge Worker.

@@ -1,8 +1,8 @@
 // Package bucket is the token-bucket arithmetic both halves of sluice use: pure
 // functions of a bucket's state and the current time, so the origin's
 // dispatcher and the edge's Durable Object refill and spend tokens alike (the
-// origin, which sends, leaves a margin after a burst: TakeToSend) and tests
-// drive them with any clock.
+// origin, which sends, keeps a reserve for the jitter on the way: TakeToSend)
+// and tests drive them with any clock.
 package bucket
 
 import (
@@ -43,8 +43,8 @@ func Empty(now time.Time) State { return State{Last: now} }
 
 // Refill returns s advanced to now: tokens accrued since Last, clamped to the
 // burst. A Last ahead of now (a clock that moved backwards, or a refill that
-// TakeToSend or a deferral put off) accrues nothing and is kept, so a bucket
-// never gains tokens from a clock step.
+// a deferral put off) accrues nothing and is kept, so a bucket never gains
+// tokens from a clock step.
 func Refill(s State, r Rate, now time.Time) State {
 	if s.Tokens > r.Burst {
 		s.Tokens = r.Burst // the burst was lowered
@@ -70,36 +70,49 @@ func Take(s State, r Rate, now time.Time, n float64) (State, bool) {
 	return s, true
 }
 
-// SendMargin is, at most, how long a sender's bucket waits after a spend
-// from full before it starts to refill. A receiver that enforces the same
-// bucket starts its refill at the first arrival, and the first request of a
-// burst arrives later than the ones after it when it pays for a new
-// connection (TCP, TLS): without a margin, a later request on a warm
-// connection arrives a token early and earns a 429.
+// SendMargin is the delay jitter a sender's bucket absorbs. A receiver that
+// enforces the same bucket counts arrivals, not sends, and the first request
+// of a burst arrives later than the ones after it when it pays for a new
+// connection (TCP, TLS). A stream that conforms to (rate, burst) when sent
+// can look rate × jitter tokens burstier when it arrives, and a strict
+// receiver answers 429 to the token it thinks came early.
 const SendMargin = 100 * time.Millisecond
 
-// margin is the refill delay TakeToSend applies: SendMargin, but never more
-// than the burst left after the spend can cover at the full rate, so a
-// sender below the rate never waits for it (and a burst of one gets none).
-// It costs a burst that empties the bucket rate × margin tokens.
-func margin(r Rate) time.Duration {
+// reserve is how many tokens a sender leaves in its bucket so that its sends,
+// delayed unevenly by up to SendMargin, still conform when they arrive: what
+// the rate refills in SendMargin, but never so much that less than one token
+// is left to spend. It costs the sender that many tokens of its first burst
+// and nothing of its sustained rate.
+func reserve(r Rate) float64 {
 	if r.PerSecond <= 0 || r.Burst <= 1 {
 		return 0
 	}
-	return min(SendMargin, time.Duration((r.Burst-1)/r.PerSecond*float64(time.Second)))
+	return min(r.PerSecond*SendMargin.Seconds(), r.Burst-1)
 }
 
 // TakeToSend is Take for the bucket of whoever sends the requests, the
-// origin: a spend from a full bucket starts its refill a margin later. A
-// receiver enforcing a rate, like the edge's Durable Object, uses Take.
+// origin: it spends only above the reserve, so a burst it sends is the
+// reserve smaller than the one a receiver enforcing the same rate allows. A
+// receiver, like the edge's Durable Object, uses Take.
 func TakeToSend(s State, r Rate, now time.Time, n float64) (State, bool) {
 	s = Refill(s, r, now)
-	full := s.Tokens >= r.Burst
-	s, ok := Take(s, r, now, n)
-	if m := margin(r); ok && full && m > 0 {
-		s.Last = now.Add(m)
+	if s.Tokens < n+reserve(r) {
+		return s, false
 	}
-	return s, ok
+	s.Tokens -= n
+	return s, true
+}
+
+// AvailableToSend is Available for a sender's bucket: the whole tokens above
+// the reserve.
+func AvailableToSend(s State, r Rate, now time.Time) int {
+	return int(math.Floor(max(0, Refill(s, r, now).Tokens-reserve(r))))
+}
+
+// WaitToSend is Wait for a sender's bucket: how long until it holds one
+// whole token above the reserve.
+func WaitToSend(s State, r Rate, now time.Time) time.Duration {
+	return waitFor(s, r, now, 1+reserve(r))
 }
 
 // Available is the number of whole tokens s holds at now.
@@ -108,15 +121,18 @@ func Available(s State, r Rate, now time.Time) int {
 }
 
 // Wait is how long from now until s holds one whole token (zero if it does).
-func Wait(s State, r Rate, now time.Time) time.Duration {
+func Wait(s State, r Rate, now time.Time) time.Duration { return waitFor(s, r, now, 1) }
+
+// waitFor is how long from now until s holds need tokens.
+func waitFor(s State, r Rate, now time.Time, need float64) time.Duration {
 	s = Refill(s, r, now)
-	if s.Tokens >= 1 {
+	if s.Tokens >= need {
 		return 0
 	}
 	if r.PerSecond <= 0 {
 		return time.Duration(math.MaxInt64)
 	}
-	// Refill starts at Last, which TakeToSend may have put ahead of now.
+	// Refill starts at Last, which a deferral may have put ahead of now.
 	// Round up so a caller that sleeps exactly this long finds the token there.
-	return max(0, s.Last.Sub(now)) + time.Duration(math.Ceil((1-s.Tokens)/r.PerSecond*float64(time.Second)))
+	return max(0, s.Last.Sub(now)) + time.Duration(math.Ceil((need-s.Tokens)/r.PerSecond*float64(time.Second)))
 }

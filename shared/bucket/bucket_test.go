@@ -1,6 +1,8 @@
 package bucket
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -90,59 +92,105 @@ func TestAvailableAndScale(t *testing.T) {
 	}
 }
 
-// A sender's first spend from a full bucket starts the refill SendMargin
-// later; a receiver's bucket (Take) refills at once. Later spends, with the
-// bucket below full, move nothing.
-func TestTakeToSendStartsTheRefillAMarginLater(t *testing.T) {
+// A sender's bucket spends only above its reserve (what the rate refills in
+// SendMargin); a receiver's spends to the last token.
+func TestTakeToSendKeepsAReserve(t *testing.T) {
 	t.Parallel()
-	r := Rate{PerSecond: 10, Burst: 20}
+	r := Rate{PerSecond: 10, Burst: 20} // a reserve of one token
 	s := Full(r, t0)
-	for i := range 20 {
+	for i := range 19 {
 		var ok bool
-		if s, ok = TakeToSend(s, r, t0.Add(time.Duration(i)*time.Millisecond), 1); !ok {
+		if s, ok = TakeToSend(s, r, t0, 1); !ok {
 			t.Fatalf("take %d of the burst refused", i+1)
 		}
 	}
-	if !s.Last.Equal(t0.Add(SendMargin)) {
-		t.Fatalf("Last = %v after the burst, want the first spend + SendMargin", s.Last.Sub(t0))
+	if _, ok := TakeToSend(s, r, t0, 1); ok {
+		t.Fatal("a sender spent its reserve")
 	}
-	if got, want := Wait(s, r, t0.Add(19*time.Millisecond)), SendMargin+100*time.Millisecond-19*time.Millisecond; got != want {
-		t.Fatalf("Wait after the burst = %v, want %v", got, want)
+	if got := AvailableToSend(s, r, t0); got != 0 {
+		t.Fatalf("AvailableToSend after the burst = %d, want 0", got)
 	}
-	first := t0.Add(SendMargin + 100*time.Millisecond)
-	if _, ok := TakeToSend(s, r, first.Add(-time.Millisecond), 1); ok {
-		t.Fatal("a 21st token 1 ms before the margin and one interval had passed")
+	if got := Available(s, r, t0); got != 1 {
+		t.Fatalf("Available after the burst = %d, want the reserve's 1", got)
 	}
-	s, ok := TakeToSend(s, r, first, 1)
-	if !ok {
-		t.Fatal("no 21st token once the margin and one interval had passed")
+	if got := WaitToSend(s, r, t0); got != 100*time.Millisecond {
+		t.Fatalf("WaitToSend after the burst = %v, want 100ms", got)
 	}
-	if !s.Last.Equal(first) {
-		t.Fatalf("a spend below full moved Last to %v, want %v", s.Last.Sub(t0), first.Sub(t0))
+	if _, ok := TakeToSend(s, r, t0.Add(99*time.Millisecond), 1); ok {
+		t.Fatal("a 20th token 1 ms before it refilled")
 	}
-	// Over the next second exactly ten more, as with Take.
+	// Then exactly the rate: ten in each second.
 	spent := 0
-	for ms := 1; ms <= 1000; ms++ {
-		if s, ok = TakeToSend(s, r, first.Add(time.Duration(ms)*time.Millisecond), 1); ok {
+	for ms := 100; ms < 1100; ms++ {
+		var ok bool
+		if s, ok = TakeToSend(s, r, t0.Add(time.Duration(ms)*time.Millisecond), 1); ok {
 			spent++
 		}
 	}
 	if spent != 10 {
 		t.Fatalf("spent %d tokens in 1s at 10/s, want 10", spent)
 	}
-
-	recv, _ := Take(Full(r, t0), r, t0, 1)
-	if !recv.Last.Equal(t0) {
-		t.Fatalf("Take moved a receiver's Last to %v", recv.Last.Sub(t0))
-	}
-	one := Rate{PerSecond: 2, Burst: 1}
-	if s, _ := TakeToSend(Full(one, t0), one, t0, 1); !s.Last.Equal(t0) {
-		t.Fatalf("a burst of one got a margin: Last %v", s.Last.Sub(t0))
+	for _, c := range []struct {
+		r    Rate
+		want float64
+	}{
+		{Rate{PerSecond: 2, Burst: 1}, 0},         // a burst of one keeps nothing back
+		{Rate{PerSecond: 100, Burst: 2}, 1},       // never so much that no token is left
+		{Rate{PerSecond: 1000, Burst: 2000}, 100}, // rate × SendMargin
+		{Rate{PerSecond: 0, Burst: 5}, 0},
+	} {
+		if got := reserve(c.r); got != c.want {
+			t.Errorf("reserve(%+v) = %v, want %v", c.r, got, c.want)
+		}
 	}
 }
 
-// The margin never makes a sender at or below the rate wait: it is at most
-// what the burst left after a spend covers at the full rate.
+// What a sender's bucket lets through conforms to the same bucket on arrival
+// when each request is delayed anywhere up to SendMargin: a strict receiver
+// never refuses one, whether a burst starts from a full bucket or a nearly
+// full one.
+func TestSendsDelayedWithinTheMarginConformOnArrival(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(7, 11))
+	for _, r := range []Rate{{PerSecond: 10, Burst: 20}, {PerSecond: 5, Burst: 10}, {PerSecond: 50, Burst: 50}, {PerSecond: 200, Burst: 400}} {
+		for round := range 200 {
+			s := Full(r, t0)
+			var sent []time.Time
+			at := t0
+			for range 40 + rnd.IntN(400) {
+				switch rnd.IntN(4) {
+				case 0: // idle until the bucket is nearly full, or full
+					full := int64(r.Burst / r.PerSecond * float64(time.Second))
+					at = at.Add(time.Duration(full - full/10 + rnd.Int64N(full/5)))
+				case 1:
+					at = at.Add(time.Duration(rnd.IntN(300)) * time.Millisecond)
+				default: // as fast as the bucket lets it
+					at = at.Add(time.Duration(rnd.IntN(3)) * time.Millisecond)
+				}
+				var ok bool
+				if s, ok = TakeToSend(s, r, at, 1); ok {
+					sent = append(sent, at)
+				}
+			}
+			arrived := make([]time.Time, len(sent))
+			for i, at := range sent {
+				arrived[i] = at.Add(time.Duration(rnd.Int64N(int64(SendMargin) + 1)))
+			}
+			slices.SortFunc(arrived, func(a, b time.Time) int { return a.Compare(b) })
+			recv := Full(r, t0)
+			for i, at := range arrived {
+				var ok bool
+				// A billionth of a token absorbs float rounding, not a request.
+				if recv, ok = Take(recv, r, at, 1-1e-9); !ok {
+					t.Fatalf("%+v round %d: the receiver refused arrival %d of %d (%.3f tokens)", r, round, i+1, len(arrived), recv.Tokens)
+				}
+			}
+		}
+	}
+}
+
+// The reserve never makes a sender at or below the rate wait: it always
+// leaves at least one token to spend.
 func TestTakeToSendNeverDelaysAStreamWithinTheRate(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -163,8 +211,5 @@ func TestTakeToSendNeverDelaysAStreamWithinTheRate(t *testing.T) {
 				t.Fatalf("%+v at %v/s: send %d refused", c.r, c.offered, i+1)
 			}
 		}
-	}
-	if m := margin(Rate{PerSecond: 100, Burst: 2}); m != 10*time.Millisecond {
-		t.Fatalf("margin at 100/s, burst 2 = %v, want the 10 ms one spare token covers", m)
 	}
 }
