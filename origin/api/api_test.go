@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -748,6 +749,27 @@ func TestSecretRotation(t *testing.T) {
 	}
 	verify(t, old.Secret, got)
 	verify(t, rotated.Secret, got)
+
+	// A second rotation, to a secret the client gives, leaves both earlier
+	// secrets signing out their own grace periods.
+	given := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a secret the client chose, 32 b."))
+	b.clock.Advance(time.Hour)
+	var again subscriberJSON
+	b.do(t, "POST", "/v1/subscribers/s1/rotate-secret", `{"secret":"`+given+`"}`, http.StatusOK, &again)
+	if again.Secret != given {
+		t.Fatalf("rotate-secret with a secret answered %q, want the given %q", again.Secret, given)
+	}
+	if want := b.clock.Now().Add(24 * time.Hour); again.PreviousSecretExpiresAt == nil || !again.PreviousSecretExpiresAt.Equal(want) {
+		t.Errorf("previous_secret_expires_at = %v, want the last rotation's end %v", again.PreviousSecretExpiresAt, want)
+	}
+	b.postEvent(t, `{"id":"twice","type":"t.x"}`, http.StatusAccepted)
+	got = rcv.next(t)
+	if n := len(strings.Fields(got.header.Get("webhook-signature"))); n != 3 {
+		t.Errorf("webhook-signature %q after two rotations, want three signatures", got.header.Get("webhook-signature"))
+	}
+	for _, secret := range []string{old.Secret, rotated.Secret, given} {
+		verify(t, secret, got)
+	}
 }
 
 func TestPauseAndResume(t *testing.T) {

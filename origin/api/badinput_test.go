@@ -93,6 +93,17 @@ var badCases = []badCase{
 	{name: "patch unknown field", method: "PATCH", path: "/v1/subscribers/catchall", body: `{"paused":true,"colour":"red"}`, status: 400},
 	{name: "patch trailing brace", method: "PATCH", path: "/v1/subscribers/catchall", body: `{"paused":false}}`, status: 400},
 	{name: "delete unknown subscriber", method: "DELETE", path: "/v1/subscribers/ghost", status: 404},
+	{name: "patch null", method: "PATCH", path: "/v1/subscribers/catchall", body: `null`, status: 400, message: "object"},
+	{name: "subscriber null", method: "POST", path: "/v1/subscribers", body: `null`, status: 400, message: "object"},
+	{name: "subscriber invalid UTF-8", method: "POST", path: "/v1/subscribers", body: "{\"url\":\"http://127.0.0.1:9/\xff\"}", status: 400, code: "invalid_json"},
+
+	// POST /v1/subscribers/:id/rotate-secret: the body is optional, but a
+	// body given must be right.
+	{name: "rotate invalid JSON", method: "POST", path: "/v1/subscribers/catchall/rotate-secret", body: `{bad`, status: 400, code: "invalid_json"},
+	{name: "rotate unknown field", method: "POST", path: "/v1/subscribers/catchall/rotate-secret", body: `{"foo":1}`, status: 400, message: "foo"},
+	{name: "rotate bad secret", method: "POST", path: "/v1/subscribers/catchall/rotate-secret", body: `{"secret":"hunter2"}`, status: 422, message: "secret"},
+	{name: "rotate to the current secret", method: "POST", path: "/v1/subscribers/catchall/rotate-secret", body: `{"secret":"` + catchallSecret + `"}`, status: 422, message: "current"},
+	{name: "rotate unknown subscriber", method: "POST", path: "/v1/subscribers/ghost/rotate-secret", status: 404},
 
 	// POST /v1/events.
 	{name: "event invalid JSON", method: "POST", path: "/v1/events", body: `{"type":"t.x"`, status: 400},
@@ -106,6 +117,8 @@ var badCases = []badCase{
 	{name: "event id with space", method: "POST", path: "/v1/events", body: `{"id":"has space","type":"t.x"}`, status: 422, message: "id"},
 	{name: "event id 65 chars", method: "POST", path: "/v1/events", body: `{"id":"` + strings.Repeat("e", 65) + `","type":"t.x"}`, status: 422, message: "id"},
 	{name: "event id a number", method: "POST", path: "/v1/events", body: `{"id":12,"type":"t.x"}`, status: 400, message: "id"},
+	{name: "event invalid UTF-8", method: "POST", path: "/v1/events", body: "{\"id\":\"latin1\",\"type\":\"t.x\",\"name\":\"caf\xe9\"}", status: 400, code: "invalid_json", absent: []string{"latin1"}},
+	{name: "batch event invalid UTF-8", method: "POST", path: "/v1/events/batch", body: "{\"events\":[{\"id\":\"u0\",\"type\":\"t.x\"},{\"id\":\"u1\",\"type\":\"t.x\",\"x\":\"\xff\"}]}", status: 400, absent: []string{"u0", "u1"}},
 	{name: "event over max-body", method: "POST", path: "/v1/events", config: maxBody1024,
 		body: `{"id":"big","type":"t.x","pad":"` + strings.Repeat("x", 1024) + `"}`, status: 413, absent: []string{"big"}},
 
@@ -183,12 +196,15 @@ func sentDelivery(t *testing.T, b *bundle) string {
 	return "/v1/deliveries/" + ds[0].ID + "/retry"
 }
 
+// catchallSecret is the secret baseline gives its subscriber.
+var catchallSecret = "whsec_" + base64.StdEncoding.EncodeToString([]byte("catch-all secret of 32 bytes...."))
+
 // baseline stores a paused catch-all subscriber (a public IP literal, so it
 // passes a policy that denies private addresses, and paused, so nothing is
 // ever sent to it) and one event: any event a bad request stored would add
 // a delivery to it.
 func baseline(t *testing.T, b *bundle) {
-	b.createSubscriber(t, `{"id":"catchall","url":"https://1.1.1.1/hook","paused":true}`)
+	b.createSubscriber(t, `{"id":"catchall","url":"https://1.1.1.1/hook","paused":true,"secret":"`+catchallSecret+`"}`)
 	b.postEvent(t, `{"id":"base","type":"t.x"}`, http.StatusAccepted)
 }
 

@@ -52,7 +52,7 @@ func classify(err error) *apiError {
 		}
 		return &apiError{http.StatusUnprocessableEntity, "invalid_value", fe.Error()}
 	case errors.Is(err, event.ErrInvalidJSON):
-		return &apiError{http.StatusBadRequest, "invalid_json", "the body is not valid JSON"}
+		return &apiError{http.StatusBadRequest, "invalid_json", "the body is not valid JSON in UTF-8"}
 	case errors.Is(err, event.ErrNotObject):
 		return &apiError{http.StatusBadRequest, "bad_request", "an event must be a JSON object"}
 	case errors.Is(err, egress.ErrForbiddenAddress), errors.Is(err, egress.ErrInvalidURL):

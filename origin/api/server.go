@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -154,19 +155,33 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 // decodeStrict reads a JSON object into v, refusing unknown fields and
 // trailing data.
 func decodeStrict(body []byte, v any) error {
-	if len(strings.TrimSpace(string(body))) == 0 {
+	text := strings.TrimSpace(string(body))
+	if len(text) == 0 {
 		return badRequest("the body is empty; expected a JSON object")
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	if !json.Valid(body) || !utf8.Valid(body) {
+		return malformed(body)
+	}
+	if text[0] != '{' {
+		return badRequest("expected a JSON object")
+	}
+	dec := json.NewDecoder(strings.NewReader(text))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return badRequest("invalid JSON: %s", jsonReason(err))
 	}
-	// More() misses a trailing '}' or ']'; only end of input will do.
-	if _, err := dec.Token(); err != io.EOF {
-		return badRequest("invalid JSON: trailing data after the object")
-	}
 	return nil
+}
+
+// malformed describes a body that is not JSON in UTF-8 with the code the
+// event routes use, without echoing it.
+func malformed(body []byte) error {
+	reason := "not valid UTF-8"
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		reason = jsonReason(err)
+	}
+	return fail(http.StatusBadRequest, "invalid_json", "invalid JSON: %s", reason)
 }
 
 // jsonReason describes a decoding error without echoing the input.

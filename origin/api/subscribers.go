@@ -140,12 +140,7 @@ func (s *Server) createSubscriber(c echo.Context) error {
 	} else {
 		sub.ID = event.NewID("sub", s.Now(), s.random())
 	}
-	if in.Secret != nil {
-		if _, err := signature.DecodeSecret(*in.Secret); err != nil || !strings.HasPrefix(*in.Secret, signature.SecretPrefix) {
-			return invalid("secret must be whsec_ followed by base64 of at least 24 bytes")
-		}
-		sub.Secret = *in.Secret
-	} else if sub.Secret, err = signature.NewSecret(s.random()); err != nil {
+	if sub.Secret, err = s.secret(in.Secret); err != nil {
 		return err
 	}
 	if in.Rate != nil && in.Rate.PerSecond != nil && in.Rate.Burst == nil {
@@ -178,8 +173,7 @@ func (s *Server) view(sub ledger.Subscriber) subscriberView {
 	if !v.PausedUntil.After(s.Now()) {
 		v.PausedUntil = time.Time{} // a Retry-After pause that has ended
 	}
-	if sub.PreviousSecret != "" && s.Now().Before(sub.PreviousUntil) {
-		t := sub.PreviousUntil
+	if t := sub.RotationEnds(s.Now()); !t.IsZero() {
 		v.SecretRotatingUntil = &t
 	}
 	return v
@@ -253,15 +247,47 @@ func (s *Server) deleteSubscriber(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
+// secret validates a secret a client gave, or makes one when it gave none.
+func (s *Server) secret(given *string) (string, error) {
+	if given == nil {
+		return signature.NewSecret(s.random())
+	}
+	if _, err := signature.DecodeSecret(*given); err != nil || !strings.HasPrefix(*given, signature.SecretPrefix) {
+		return "", invalid("secret must be whsec_ followed by base64 of at least 24 bytes")
+	}
+	return *given, nil
+}
+
+// rotateSecret makes a new secret current, the one given in the body or a
+// generated one; the secrets it replaces keep signing for rotationGrace.
 func (s *Server) rotateSecret(c echo.Context) error {
-	secret, err := signature.NewSecret(s.random())
+	body, err := readBody(c, s.MaxBody)
 	if err != nil {
 		return err
 	}
+	var in struct {
+		Secret *string `json:"secret"`
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		if err := decodeStrict(body, &in); err != nil {
+			return err
+		}
+	}
+	secret, err := s.secret(in.Secret)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	cur, err := s.Ledger.Subscriber(ctx, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	if secret == cur.Secret {
+		return invalid("secret is already the current one")
+	}
 	now := s.Now()
-	updated, err := s.Ledger.UpdateSubscriber(c.Request().Context(), c.Param("id"), func(sub *ledger.Subscriber) {
-		sub.PreviousSecret, sub.PreviousUntil = sub.Secret, now.Add(rotationGrace)
-		sub.Secret = secret
+	updated, err := s.Ledger.UpdateSubscriber(ctx, cur.ID, func(sub *ledger.Subscriber) {
+		sub.Rotate(secret, now, rotationGrace)
 	})
 	if err != nil {
 		return err

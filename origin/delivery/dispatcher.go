@@ -147,11 +147,11 @@ type Dispatcher struct {
 
 // sub is one subscriber's sending state.
 type sub struct {
-	cfg      ledger.Subscriber
-	signer   *signature.Signer
-	signerAt time.Time    // the signer was built for the secrets valid then
-	bucket   bucket.State // the origin lane's
-	inflight int
+	cfg         ledger.Subscriber
+	signer      *signature.Signer
+	signerUntil time.Time    // when the signer's secrets change (zero: never)
+	bucket      bucket.State // the origin lane's
+	inflight    int
 	// answered is when an attempt last answered, and answerTime a moving
 	// average of how long attempts take to answer: together they tell a
 	// fast subscriber (FastSubscriber cap) from a slow or stalled one.
@@ -719,9 +719,9 @@ func (d *Dispatcher) finish(rs []ledger.Result) {
 
 // signerLocked returns the subscriber's signer for the secrets valid at now.
 func (d *Dispatcher) signerLocked(s *sub, now time.Time) *signature.Signer {
-	// Reuse the signer unless a rotation's grace period has ended since it
-	// was built (then the previous secret must stop signing).
-	if s.signer != nil && (s.cfg.PreviousUntil.IsZero() || now.Before(s.cfg.PreviousUntil) == s.signerAt.Before(s.cfg.PreviousUntil)) {
+	// Reuse the signer until a rotated-out secret's grace period ends (then
+	// that secret must stop signing).
+	if s.signer != nil && (s.signerUntil.IsZero() || now.Before(s.signerUntil)) {
 		return s.signer
 	}
 	signer, err := signature.NewSigner(s.cfg.Secrets(now)...)
@@ -730,7 +730,7 @@ func (d *Dispatcher) signerLocked(s *sub, now time.Time) *signature.Signer {
 		d.cfg.Logger.Error("subscriber secret unusable", "subscriber_id", s.cfg.ID, "err", err)
 		signer, _ = signature.NewSigner(s.cfg.Secret)
 	}
-	s.signer, s.signerAt = signer, now
+	s.signer, s.signerUntil = signer, s.cfg.SecretsChange(now)
 	return signer
 }
 

@@ -499,7 +499,7 @@ func TestRotatedSecretStopsSigningWhenItsGraceEnds(t *testing.T) {
 	})
 	const previous = "whsec_cHJldmlvdXMtc2VjcmV0LTI0LWJ5dGVzLWxvbmch"
 	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) {
-		s.PreviousSecret, s.PreviousUntil = previous, t0.Add(time.Hour)
+		s.Previous = []ledger.PreviousSecret{{Secret: previous, Until: t0.Add(time.Hour)}}
 	})
 	b.send("before", "t", 1)
 	b.settle()

@@ -12,21 +12,21 @@ import (
 )
 
 const subscriberColumns = `id, url, event_types, rate_per_second, rate_burst, edge_share, max_attempts, timeout_ms,
-	secret, previous_secret, previous_until, paused, paused_until, breaker_state, breaker_failures,
+	secret, previous_secrets, paused, paused_until, breaker_state, breaker_failures,
 	breaker_opened_at, created_at, updated_at`
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanSubscriber(row scanner) (Subscriber, error) {
 	var (
-		s                                              Subscriber
-		types                                          string
-		prevUntil, pausedUntil, openedAt, created, upd int64
-		paused                                         bool
-		state                                          string
+		s                                   Subscriber
+		types, previous                     string
+		pausedUntil, openedAt, created, upd int64
+		paused                              bool
+		state                               string
 	)
 	err := row.Scan(&s.ID, &s.URL, &types, &s.Rate.PerSecond, &s.Rate.Burst, &s.Rate.EdgeShare, &s.MaxAttempts,
-		&s.TimeoutMS, &s.Secret, &s.PreviousSecret, &prevUntil, &paused, &pausedUntil, &state,
+		&s.TimeoutMS, &s.Secret, &previous, &paused, &pausedUntil, &state,
 		&s.Breaker.Failures, &openedAt, &created, &upd)
 	if err != nil {
 		return s, err
@@ -34,13 +34,42 @@ func scanSubscriber(row scanner) (Subscriber, error) {
 	if err := json.Unmarshal([]byte(types), &s.EventTypes); err != nil {
 		return s, fmt.Errorf("subscriber %s event types: %w", s.ID, err)
 	}
+	if s.Previous, err = decodePrevious(previous); err != nil {
+		return s, fmt.Errorf("subscriber %s previous secrets: %w", s.ID, err)
+	}
 	s.Paused = paused
-	s.PreviousUntil = fromMS(prevUntil)
 	s.PausedUntil = fromMS(pausedUntil)
 	s.Breaker.State = breaker.State(state)
 	s.Breaker.OpenedAt = fromMS(openedAt)
 	s.CreatedAt, s.UpdatedAt = fromMS(created), fromMS(upd)
 	return s, nil
+}
+
+// storedSecret is a PreviousSecret as the previous_secrets column holds it.
+type storedSecret struct {
+	Secret  string `json:"secret"`
+	UntilMS int64  `json:"until_ms"`
+}
+
+func decodePrevious(text string) ([]PreviousSecret, error) {
+	var stored []storedSecret
+	if err := json.Unmarshal([]byte(text), &stored); err != nil {
+		return nil, err
+	}
+	out := make([]PreviousSecret, 0, len(stored))
+	for _, p := range stored {
+		out = append(out, PreviousSecret{Secret: p.Secret, Until: fromMS(p.UntilMS)})
+	}
+	return out, nil
+}
+
+func encodePrevious(ps []PreviousSecret) string {
+	stored := make([]storedSecret, 0, len(ps))
+	for _, p := range ps {
+		stored = append(stored, storedSecret{Secret: p.Secret, UntilMS: ms(p.Until)})
+	}
+	b, _ := json.Marshal(stored)
+	return string(b)
 }
 
 // Subscribers returns every subscriber, oldest first.
@@ -135,10 +164,10 @@ func (l *Ledger) UpdateSubscriber(ctx context.Context, id string, change func(*S
 		s.UpdatedAt = w.now.UTC()
 		types, _ := json.Marshal(s.EventTypes)
 		_, err = w.conn.ExecContext(ctx, `UPDATE subscribers SET url = ?, event_types = ?, rate_per_second = ?,
-			rate_burst = ?, edge_share = ?, max_attempts = ?, timeout_ms = ?, secret = ?, previous_secret = ?,
-			previous_until = ?, paused = ?, updated_at = ? WHERE id = ?`,
+			rate_burst = ?, edge_share = ?, max_attempts = ?, timeout_ms = ?, secret = ?, previous_secrets = ?,
+			paused = ?, updated_at = ? WHERE id = ?`,
 			s.URL, string(types), s.Rate.PerSecond, s.Rate.Burst, s.Rate.EdgeShare, s.MaxAttempts, s.TimeoutMS,
-			s.Secret, s.PreviousSecret, ms(s.PreviousUntil), s.Paused, ms(w.now), id)
+			s.Secret, encodePrevious(s.Previous), s.Paused, ms(w.now), id)
 		if err == nil {
 			l.patterns[id] = s.EventTypes
 			out = s

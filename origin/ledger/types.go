@@ -73,23 +73,74 @@ type Subscriber struct {
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 
-	// PreviousSecret still signs beside Secret until PreviousUntil, so
-	// receivers can roll their verification over without dropping events.
-	PreviousSecret string    `json:"-"`
-	PreviousUntil  time.Time `json:"-"`
+	// Previous are the secrets rotated out within their grace period, newest
+	// first: each still signs beside Secret until its Until, so receivers
+	// can roll their verification over without dropping events.
+	Previous []PreviousSecret `json:"-"`
 
 	// Delivery state the dispatcher keeps and persists.
 	PausedUntil time.Time       `json:"paused_until,omitzero"`
 	Breaker     breaker.Breaker `json:"breaker"`
 }
 
-// Secrets lists the secrets that sign a message sent at now: the current one
-// and, during a rotation's grace period, the previous one.
+// PreviousSecret is a rotated-out secret and when it stops signing.
+type PreviousSecret struct {
+	Secret string
+	Until  time.Time
+}
+
+// MaxPreviousSecrets bounds how many rotated-out secrets sign beside the
+// current one, and so the length of the signature header: a rotation beyond
+// it stops the oldest before its grace period ends.
+const MaxPreviousSecrets = 4
+
+// Secrets lists the secrets that sign a message sent at now: the current one,
+// then those rotated out whose grace period has not ended, newest first.
 func (s *Subscriber) Secrets(now time.Time) []string {
-	if s.PreviousSecret != "" && now.Before(s.PreviousUntil) {
-		return []string{s.Secret, s.PreviousSecret}
+	out := []string{s.Secret}
+	for _, p := range s.Previous {
+		if now.Before(p.Until) {
+			out = append(out, p.Secret)
+		}
 	}
-	return []string{s.Secret}
+	return out
+}
+
+// Rotate makes secret the current one; the current one keeps signing for
+// grace. Previous secrets whose grace has ended at now, or that are secret
+// itself, are dropped.
+func (s *Subscriber) Rotate(secret string, now time.Time, grace time.Duration) {
+	kept := []PreviousSecret{{Secret: s.Secret, Until: now.Add(grace)}}
+	for _, p := range s.Previous {
+		if now.Before(p.Until) && p.Secret != secret && len(kept) < MaxPreviousSecrets {
+			kept = append(kept, p)
+		}
+	}
+	s.Secret, s.Previous = secret, kept
+}
+
+// SecretsChange is when, after now, a previous secret stops signing (zero
+// when none will): until then Secrets(now) stays the same.
+func (s *Subscriber) SecretsChange(now time.Time) time.Time {
+	var next time.Time
+	for _, p := range s.Previous {
+		if p.Until.After(now) && (next.IsZero() || p.Until.Before(next)) {
+			next = p.Until
+		}
+	}
+	return next
+}
+
+// RotationEnds is when the last previous secret stops signing (zero when
+// none signs at now).
+func (s *Subscriber) RotationEnds(now time.Time) time.Time {
+	var last time.Time
+	for _, p := range s.Previous {
+		if p.Until.After(now) && p.Until.After(last) {
+			last = p.Until
+		}
+	}
+	return last
 }
 
 // Event is an accepted event: its id, type and the body as the producer sent it.

@@ -10,12 +10,13 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Errors Parse returns for a body that is not a JSON object; a bad field is
 // a *FieldError instead.
 var (
-	ErrInvalidJSON = errors.New("event: body is not valid JSON")
+	ErrInvalidJSON = errors.New("event: body is not valid JSON (UTF-8)")
 	ErrNotObject   = errors.New("event: body is not a JSON object")
 )
 
@@ -134,7 +135,10 @@ type Parsed struct {
 // calls newID and inserts `"id":"<id>",` right after the opening brace,
 // leaving every other byte unchanged; otherwise Body is body itself.
 func Parse(body []byte, newID func() string) (Parsed, error) {
-	if !json.Valid(body) {
+	// JSON is UTF-8 (RFC 8259): json.Valid lets other bytes through in
+	// strings, and a body stored and shown as it came would then break
+	// every reader of the API.
+	if !json.Valid(body) || !utf8.Valid(body) {
 		return Parsed{}, ErrInvalidJSON
 	}
 	open := skipSpace(body, 0)

@@ -44,6 +44,7 @@ func TestParse(t *testing.T) {
 		{name: "invalid JSON", body: `{"type":"a"`, wantErr: event.ErrInvalidJSON.Error()},
 		{name: "two objects", body: `{"type":"a"}{"type":"b"}`, wantErr: event.ErrInvalidJSON.Error()},
 		{name: "broken array", body: `[1,`, wantErr: event.ErrInvalidJSON.Error()},
+		{name: "invalid UTF-8 in a string", body: "{\"type\":\"a\",\"name\":\"caf\xe9\"}", wantErr: event.ErrInvalidJSON.Error()},
 		{name: "array", body: ` [{"type":"a"}]`, wantErr: event.ErrNotObject.Error()},
 		{name: "string", body: `"a"`, wantErr: event.ErrNotObject.Error()},
 		{name: "number", body: `42`, wantErr: event.ErrNotObject.Error()},
