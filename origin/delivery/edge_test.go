@@ -123,6 +123,28 @@ func TestEdgeTypesGoThroughTheWorkerSignedForTheSubscriber(t *testing.T) {
 	}
 }
 
+// A burst of one cannot be split into two whole tokens: giving each lane one
+// would double it. Such a subscriber sends everything by the origin lane.
+func TestABurstTooSmallToSplitStaysAtTheOrigin(t *testing.T) {
+	t.Parallel()
+	w, mb := startWorker(t)
+	b := setup(t, false, withEdge(w.URL, "video.view_milestone"))
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("narrow", rc.URL, func(s *ledger.Subscriber) { s.Rate = ledger.Rate{PerSecond: 1000, Burst: 1, EdgeShare: 0.5} })
+	b.send("m", "video.view_milestone", 2)
+	b.send("t", "video.trending", 2)
+	for _, d := range waitSent(t, b, "m-0", "m-1", "t-0", "t-1") {
+		if len(d.History) != 1 || d.History[0].Lane != ledger.LaneOrigin {
+			t.Fatalf("delivery %s history %+v, want one origin attempt", d.ID, d.History)
+		}
+	}
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	if r, asked := mb.rates["narrow"]; asked {
+		t.Fatalf("the Worker was asked for a token at %+v", r)
+	}
+}
+
 func TestEdgeDeferralIsNotAnAttempt(t *testing.T) {
 	t.Parallel()
 	w, mb := startWorker(t)

@@ -41,7 +41,9 @@ type edgeHealth struct {
 // through the edge has its whole rate there, one whose types all stay at the
 // origin has it all at the origin, and one that can receive both has it
 // split by edge_share so that the sum never exceeds it. The origin bucket of
-// an edge-only subscriber keeps the whole rate for when the lane is down.
+// an edge-only subscriber keeps the whole rate for when the lane is down. A
+// burst too small to give each lane a whole token (or an edge_share of 0 or
+// 1) is not split: everything goes by the origin lane at the whole rate.
 func (d *Dispatcher) lanes(s *sub) {
 	s.usesEdge, s.usesOrigin = false, len(d.cfg.EdgeTypes) == 0
 	if len(d.cfg.EdgeTypes) > 0 {
@@ -60,7 +62,12 @@ func (d *Dispatcher) lanes(s *sub) {
 	s.originRate, s.edgeRate = full, full
 	if s.usesEdge && s.usesOrigin {
 		share := s.cfg.Rate.EdgeShare
-		s.originRate, s.edgeRate = full.Scale(1-share), full.Scale(share)
+		origin, edge := full.Scale(1-share), full.Scale(share)
+		if origin.Valid() && edge.Valid() {
+			s.originRate, s.edgeRate = origin, edge
+		} else {
+			s.usesEdge = false
+		}
 	}
 }
 
@@ -221,7 +228,9 @@ func (d *Dispatcher) observe(ctx context.Context, subID string, c ledger.Claimed
 	if d.cfg.Observer != nil {
 		d.cfg.Observer.ObserveAttempt(subID, a.Lane, sent, end.Sub(c.CreatedAt))
 	}
-	lvl := slog.LevelInfo
+	// One line per failure; a success is the normal case, and at thousands
+	// a second its line would cost more than the delivery.
+	lvl := slog.LevelDebug
 	if !sent {
 		lvl = slog.LevelWarn
 	}

@@ -22,10 +22,12 @@ func (r Rate) Valid() bool {
 	return r.PerSecond > 0 && r.Burst >= 1 && !math.IsInf(r.PerSecond, 0) && !math.IsInf(r.Burst, 0)
 }
 
-// Scale returns r with its rate and burst multiplied by f, keeping a burst of at
-// least one token. It splits a subscriber's rate between two lanes.
+// Scale returns r with its rate and burst multiplied by f, the burst rounded
+// down to whole tokens so that two shares never sum above r. It splits a
+// subscriber's rate between two lanes; a share that is not Valid (under one
+// token of burst) cannot pay for a request.
 func (r Rate) Scale(f float64) Rate {
-	return Rate{PerSecond: r.PerSecond * f, Burst: math.Max(1, math.Floor(r.Burst*f))}
+	return Rate{PerSecond: r.PerSecond * f, Burst: math.Floor(r.Burst * f)}
 }
 
 // State is a bucket at an instant: the tokens it held at Last.

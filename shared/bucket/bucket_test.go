@@ -82,8 +82,9 @@ func TestAvailableAndScale(t *testing.T) {
 	if half.PerSecond != 2 || half.Burst != 5 {
 		t.Fatalf("Scale(0.5) = %+v", half)
 	}
-	if tiny := (Rate{PerSecond: 1, Burst: 1}).Scale(0.5); tiny.Burst != 1 {
-		t.Fatalf("Scale kept burst %v below one token", tiny.Burst)
+	// Half of a burst of one is no whole token: two halves must not make two.
+	if tiny := (Rate{PerSecond: 1, Burst: 1}).Scale(0.5); tiny.Burst != 0 || tiny.Valid() {
+		t.Fatalf("Scale(0.5) of burst 1 = %+v, want no whole token, not Valid", tiny)
 	}
 	for _, bad := range []Rate{{0, 1}, {1, 0.5}, {-1, 10}} {
 		if bad.Valid() {
