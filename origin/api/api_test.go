@@ -359,6 +359,9 @@ func TestHealthzNeedsNoToken(t *testing.T) {
 	if err := json.Unmarshal(r.body, &body); err != nil || body["status"] != "ok" {
 		t.Errorf("GET /healthz body %s, want {\"status\":\"ok\"} (%v)", r.body, err)
 	}
+	if r := b.call(t, "HEAD", "/healthz", "", map[string]string{"Authorization": ""}); r.status != http.StatusOK || len(r.body) != 0 {
+		t.Errorf("HEAD /healthz: status %d with %d body bytes, want 200 and none", r.status, len(r.body))
+	}
 }
 
 func TestSubscriberDefaults(t *testing.T) {

@@ -314,6 +314,9 @@ func TestOpenAPIMatchesAnswers(t *testing.T) {
 	if sub := check("POST", "/v1/subscribers/oa-ok/rotate-secret", "", http.StatusOK); sub["previous_secret_expires_at"] == nil {
 		t.Errorf("rotate-secret answered no previous_secret_expires_at: %v", sub)
 	}
+	check("POST", "/v1/subscribers/oa-ok/rotate-secret", `{"secret":"whsec_`+strings.Repeat("QUFB", 8)+`"}`, http.StatusOK)
+	check("POST", "/v1/subscribers/oa-ok/rotate-secret", `{"secret":`, http.StatusBadRequest)
+	check("POST", "/v1/subscribers/oa-ok/rotate-secret", `{"secret":"whsec_short"}`, http.StatusUnprocessableEntity)
 	check("POST", "/v1/subscribers/nope/rotate-secret", "", http.StatusNotFound)
 
 	check("POST", "/v1/events", `{"type":"oa.created","id":"evt-oa-1","n":1}`, http.StatusAccepted)
@@ -372,6 +375,7 @@ func TestOpenAPIMatchesAnswers(t *testing.T) {
 	check("DELETE", "/v1/subscribers/oa-ok", "", http.StatusNoContent)
 	check("DELETE", "/v1/subscribers/oa-ok", "", http.StatusNotFound)
 	check("GET", "/healthz", "", http.StatusOK)
+	check("HEAD", "/healthz", "", http.StatusOK)
 	check("GET", "/metrics", "", http.StatusOK)
 	check("GET", "/openapi.json", "", http.StatusOK)
 	check("GET", "/status", "", http.StatusOK)

@@ -78,6 +78,7 @@ func New(cfg Config) *echo.Echo {
 	e.JSONSerializer = compactJSON{}
 
 	e.GET("/healthz", s.healthz)
+	e.HEAD("/healthz", s.healthz) // load balancers probe with HEAD too
 	e.GET("/openapi.json", s.openAPI)
 	if cfg.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))

@@ -133,7 +133,8 @@ func (l *Ledger) CreateSubscriber(ctx context.Context, s *Subscriber) error {
 		if n > 0 {
 			return fmt.Errorf("subscriber %s already exists: %w", s.ID, ErrConflict)
 		}
-		s.CreatedAt, s.UpdatedAt = w.now.UTC(), w.now.UTC()
+		// Stored in milliseconds: answer what a later read will show.
+		s.CreatedAt, s.UpdatedAt = fromMS(ms(w.now)), fromMS(ms(w.now))
 		if s.Breaker.State == "" {
 			s.Breaker.State = breaker.Closed
 		}
@@ -161,7 +162,7 @@ func (l *Ledger) UpdateSubscriber(ctx context.Context, id string, change func(*S
 			return err
 		}
 		change(&s)
-		s.UpdatedAt = w.now.UTC()
+		s.UpdatedAt = fromMS(ms(w.now))
 		types, _ := json.Marshal(s.EventTypes)
 		_, err = w.conn.ExecContext(ctx, `UPDATE subscribers SET url = ?, event_types = ?, rate_per_second = ?,
 			rate_burst = ?, edge_share = ?, max_attempts = ?, timeout_ms = ?, secret = ?, previous_secrets = ?,

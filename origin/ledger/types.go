@@ -177,8 +177,8 @@ type Attempt struct {
 	At           time.Time `json:"at"`
 	Lane         Lane      `json:"lane"`
 	StatusCode   int       `json:"status_code"`
-	Error        string    `json:"error,omitempty"`
+	Error        string    `json:"error"` // "" when the subscriber answered
 	DurationMS   int64     `json:"duration_ms"`
-	RetryAfterMS *int64    `json:"retry_after_ms,omitempty"`
-	Response     string    `json:"response,omitempty"`
+	RetryAfterMS *int64    `json:"retry_after_ms"` // null without a Retry-After
+	Response     string    `json:"response"`
 }
