@@ -252,7 +252,7 @@ func (s *Server) secret(given *string) (string, error) {
 	if given == nil {
 		return signature.NewSecret(s.random())
 	}
-	if _, err := signature.DecodeSecret(*given); err != nil || !strings.HasPrefix(*given, signature.SecretPrefix) {
+	if err := signature.CheckSecret(*given); err != nil {
 		return "", invalid("secret must be whsec_ followed by base64 of at least 24 bytes")
 	}
 	return *given, nil

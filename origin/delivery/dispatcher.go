@@ -324,6 +324,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	select {
 	case <-drained:
 	case <-time.After(d.cfg.DrainTimeout):
+		d.mu.Lock()
+		running := d.cfg.Workers - d.free
+		d.mu.Unlock()
+		d.cfg.Logger.Warn("drain timeout: abandoning attempts still in flight; they are delivered again after the next start",
+			"attempts", running, "drain_timeout", d.cfg.DrainTimeout.String())
 		d.cancelAttempts() // abandoned attempts stay inflight and return to pending at the next start
 		<-drained
 	}

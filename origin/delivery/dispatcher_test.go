@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -516,5 +517,62 @@ func TestRotatedSecretStopsSigningWhenItsGraceEnds(t *testing.T) {
 	}
 	if n := len(strings.Fields(sigs[1])); n != 1 {
 		t.Fatalf("after the grace period the header held %d signatures, want 1: %q", n, sigs[1])
+	}
+}
+
+// syncBuffer is a log destination tests read while the dispatcher writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// At the default level the log holds a line per failed attempt, none per
+// success, and a warning naming what a drain that timed out abandoned.
+func TestLogsFailuresAndWhatADrainAbandons(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	b := setup(t, false, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	release := make(chan struct{})
+	ok := newReceiver(t, b.clock, nil)
+	bad := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) { return http.StatusInternalServerError, nil })
+	stuck := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
+		<-release
+		return http.StatusOK, nil
+	})
+	b.subscriber("ok", ok.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"ok"} })
+	b.subscriber("bad", bad.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"bad"} })
+	b.subscriber("stuck", stuck.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"stuck"} })
+	b.send("o", "ok", 3)
+	b.send("b", "bad", 1)
+	b.send("s", "stuck", 1)
+	waitFor(t, 10*time.Second, "the three receivers' requests", func() bool {
+		return ok.count() == 3 && bad.count() >= 1 && stuck.count() == 1
+	})
+	waitFor(t, 10*time.Second, "the failure's log line", func() bool { return strings.Contains(logs.String(), "subscriber_id=bad") })
+	b.stop() // DrainTimeout is 200 ms; the stuck attempt outlasts it
+	close(release)
+	b.start()
+
+	out := logs.String()
+	if strings.Contains(out, "subscriber_id=ok") {
+		t.Errorf("successes were logged at the default level:\n%s", out)
+	}
+	if !strings.Contains(out, "level=WARN msg=attempt") || !strings.Contains(out, "status=500") {
+		t.Errorf("no warning for the failed attempt:\n%s", out)
+	}
+	if !strings.Contains(out, "msg=\"drain timeout") || !strings.Contains(out, "attempts=1") {
+		t.Errorf("no drain warning naming the one abandoned attempt:\n%s", out)
 	}
 }

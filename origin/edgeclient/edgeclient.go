@@ -39,6 +39,9 @@ type Client struct {
 // (whsec_…). A nil hc gets a client tuned for many concurrent attempts; now
 // nil is time.Now.
 func New(edgeURL, secret string, hc *http.Client, now func() time.Time) (*Client, error) {
+	if err := signature.CheckSecret(secret); err != nil {
+		return nil, fmt.Errorf("edge secret: %w", err)
+	}
 	signer, err := signature.NewSigner(secret)
 	if err != nil {
 		return nil, fmt.Errorf("edge secret: %w", err)

@@ -182,7 +182,22 @@ func lockDatabase(path string) (*os.File, error) {
 			return nil, fmt.Errorf("create database folder: %w", err)
 		}
 	}
-	return lockFile(path + ".lock")
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("%s is a folder, not a database file", path)
+	}
+	lock, err := lockFile(path + ".lock")
+	if err != nil {
+		return nil, err
+	}
+	// The file holds the API token and every subscriber's secret: only its
+	// owner may read it. SQLite gives its -wal and -shm files the same mode.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		unlockFile(lock)
+		return nil, fmt.Errorf("create database file: %w", err)
+	}
+	f.Close()
+	return lock, nil
 }
 
 // Migrate applies pending migrations to the database at path and returns

@@ -47,6 +47,28 @@ func TestSecondProcessIsRefused(t *testing.T) {
 	}
 }
 
+// The file holds the API token and the subscribers' secrets.
+func TestDatabaseFileIsTheOwnersAlone(t *testing.T) {
+	t.Parallel()
+	_, _, path := open(t)
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode := st.Mode().Perm(); mode != 0o600 {
+			t.Errorf("%s has mode %v, want -rw-------", filepath.Base(p), mode)
+		}
+	}
+	dir := t.TempDir()
+	if _, err := Open(context.Background(), dir, Options{}); err == nil || !strings.Contains(err.Error(), "is a folder") {
+		t.Errorf("Open on a folder = %v, want an error saying it is a folder", err)
+	}
+	if _, err := os.Stat(dir + ".lock"); !os.IsNotExist(err) {
+		t.Errorf("Open on a folder left a lock file (%v)", err)
+	}
+}
+
 func TestMigrationsApplyOnceAndAreRecorded(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "m.db")

@@ -58,6 +58,17 @@ func NewSecret(r io.Reader) (string, error) {
 	return SecretPrefix + base64.StdEncoding.EncodeToString(key[:]), nil
 }
 
+// CheckSecret validates a secret sluice is given to keep or to sign with:
+// DecodeSecret's rules, and the SecretPrefix is required, so every secret
+// sluice holds has the one form the design names.
+func CheckSecret(secret string) error {
+	if !strings.HasPrefix(secret, SecretPrefix) {
+		return fmt.Errorf("%w: want %s followed by base64", ErrInvalidSecret, SecretPrefix)
+	}
+	_, err := DecodeSecret(secret)
+	return err
+}
+
 // DecodeSecret validates a secret and returns its HMAC key, so that a bad
 // secret is refused when it is stored rather than when it is first used.
 // The SecretPrefix is optional; the rest must be standard base64 of at least

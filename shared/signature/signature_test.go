@@ -313,6 +313,19 @@ func TestDecodeSecret(t *testing.T) {
 	}
 }
 
+// CheckSecret is DecodeSecret with the whsec_ prefix required.
+func TestCheckSecret(t *testing.T) {
+	t.Parallel()
+	if err := signature.CheckSecret(secretA); err != nil {
+		t.Errorf("CheckSecret(%q) = %v, want nil", secretA, err)
+	}
+	for _, bad := range []string{strings.TrimPrefix(secretA, "whsec_"), "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRY=", "", "WHSEC_" + strings.TrimPrefix(secretA, "whsec_")} {
+		if err := signature.CheckSecret(bad); !errors.Is(err, signature.ErrInvalidSecret) {
+			t.Errorf("CheckSecret(%q) = %v, want ErrInvalidSecret", bad, err)
+		}
+	}
+}
+
 func TestNewSignerRejects(t *testing.T) {
 	t.Parallel()
 	if _, err := signature.NewSigner(); !errors.Is(err, signature.ErrInvalidSecret) {

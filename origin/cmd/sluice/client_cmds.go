@@ -443,6 +443,11 @@ func (c *cli) deliveriesList(ctx context.Context, args []string) error {
 	if _, err := f.parseArgs(args, c.getenv); err != nil {
 		return err
 	}
+	switch *status {
+	case "", "pending", "inflight", "sent", "dead":
+	default:
+		return fmt.Errorf("--status must be pending, inflight, sent or dead: %w", errUsage)
+	}
 	return c.deliveryTable(ctx, f, *status, *sub, *limit, false)
 }
 

@@ -586,6 +586,8 @@ func TestClientErrors(t *testing.T) {
 			{"subscribers"},
 			{"dlq"},
 			{"deliveries", "--limit", "-1"},
+			{"deliveries", "--status", "bogus"},
+			{"help", "bogus"},
 			{"stats", "--url", "127.0.0.1:8080"}, // no scheme
 		} {
 			r := sluiceEnv(t, map[string]string{"SLUICE_URL": closed}, args...)
@@ -606,8 +608,13 @@ func TestClientErrors(t *testing.T) {
 		if r := sluiceEnv(t, nil, "subscribers", "add", "--help"); !regexp.MustCompile(`(?m)^\s+--api-url .*\n\s+env SLUICE_URL$`).MatchString(r.stderr) {
 			t.Errorf("subscribers add --help: --api-url does not fall back to SLUICE_URL:\n%s", r.stderr)
 		}
-		if r := sluiceEnv(t, nil, "--help"); r.code() != 0 || !strings.Contains(r.stdout, "SLUICE_URL") || !strings.Contains(r.stdout, "sluice dlq") {
+		if r := sluiceEnv(t, nil, "--help"); r.code() != 0 || !strings.Contains(r.stdout, "SLUICE_URL") || !strings.Contains(r.stdout, "sluice dlq") ||
+			!strings.Contains(r.stdout, "sluice health") {
 			t.Errorf("sluice --help: %s", r)
+		}
+		// "sluice help CMD" is "sluice CMD --help".
+		if r := sluiceEnv(t, nil, "help", "stats"); r.code() != 0 || !strings.Contains(r.stderr, "env SLUICE_URL") {
+			t.Errorf("sluice help stats: %s\nwant exit 0 and the flags of stats", r)
 		}
 	})
 

@@ -237,7 +237,7 @@ func (c *cli) edgePutSecret(ctx context.Context, args []string) error {
 	if s == "" {
 		return fmt.Errorf("edge put-secret needs --edge-secret (or SLUICE_EDGE_SECRET), the whsec_ secret serve uses: %w", errUsage)
 	}
-	if _, err := signature.DecodeSecret(s); err != nil {
+	if err := signature.CheckSecret(s); err != nil {
 		return fmt.Errorf("--edge-secret: %v: %w", err, errUsage)
 	}
 	if err := conn.check(); err != nil {

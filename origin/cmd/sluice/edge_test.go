@@ -256,6 +256,8 @@ func TestEdgePutSecretRefusesBadInput(t *testing.T) {
 	}{
 		{"not base64", map[string]string{"SLUICE_EDGE_SECRET": "whsec_not*base64"}, nil,
 			"sluice: --edge-secret: signature: invalid secret: not standard base64: usage error"},
+		{"no whsec_", nil, []string{"--edge-secret", "QUJDREVGR0hJSktMTU5PUFFSU1RVVldY"},
+			"sluice: --edge-secret: signature: invalid secret: want whsec_ followed by base64: usage error"},
 		{"too short", nil, []string{"--edge-secret", "whsec_c2hvcnQ="},
 			"sluice: --edge-secret: signature: invalid secret: key is 5 bytes, want at least 24: usage error"},
 		{"missing", map[string]string{"SLUICE_EDGE_SECRET": ""}, nil,

@@ -17,6 +17,9 @@ var version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal starts a graceful stop; restoring the default
+	// handling lets a second one end the process at once.
+	context.AfterFunc(ctx, stop)
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
 		os.Exit(exitStatus(err))
@@ -41,6 +44,7 @@ Client commands (talk to a running origin's API):
   sluice dlq list|retry ID|recover SUB --since TIME
                                           the dead-letter queue
   sluice stats                            per-subscriber counts, success rate, latency
+  sluice health                           whether the origin and its database answer
 
 Edge commands (talk to Cloudflare's API; CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_API_TOKEN):
   sluice edge put-secret|status           put SLUICE_EDGE_SECRET on the Worker; show its deployment
@@ -76,6 +80,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, "sluice", version)
 		return nil
 	case "help", "-h", "--help":
+		if len(args) > 1 && args[0] == "help" {
+			// "sluice help serve" is "sluice serve --help".
+			return run(ctx, []string{args[1], "--help"}, getenv, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	}

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -77,6 +78,10 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 			{"--retention", "-1h"},
 			{"--edge-url", "http://127.0.0.1:9"},
 			{"--edge-url", "http://127.0.0.1:9", "--edge-secret", "not-a-whsec-secret"},
+			{"--edge-url", "http://127.0.0.1:9", "--edge-secret", "QUJDREVGR0hJSktMTU5PUFFSU1RVVldY"}, // base64 without whsec_
+			{"--drain-timeout", "-1s"},
+			{"--addr", "nope"},
+			{"--addr", "127.0.0.1:99999"},
 		} {
 			out, errOut, code := runSluice(t, nil, serveArgs(db, "tok", bad...)...)
 			if code != 2 || !strings.Contains(errOut, bad[len(bad)-2]) {
@@ -85,6 +90,20 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 		}
 		if _, err := os.Stat(db); !os.IsNotExist(err) {
 			t.Errorf("a refused serve left %s behind (%v)", db, err)
+		}
+		// A port in use fails before the database is made.
+		busy, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer busy.Close()
+		args := serveArgs(db, "")
+		args = append(args, "--addr", busy.Addr().String())
+		if out, errOut, code := runSluice(t, nil, args...); code == 0 || !strings.Contains(errOut, busy.Addr().String()) {
+			t.Errorf("serve on a busy port: exit %d, want a failure naming the address\n%s%s", code, out, errOut)
+		}
+		if _, err := os.Stat(db); !os.IsNotExist(err) {
+			t.Errorf("serve on a busy port left %s behind (%v)", db, err)
 		}
 		// slog's level names are read in any case: this one starts and listens,
 		// and says that --edge-types alone changes nothing.

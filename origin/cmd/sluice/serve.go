@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,6 +70,12 @@ func (c *serveConfig) validate() error {
 	if c.retryBase <= 0 || c.retryCap < c.retryBase {
 		errs = append(errs, errors.New("--retry-base must be positive and --retry-cap at least --retry-base"))
 	}
+	if c.drain < 0 {
+		errs = append(errs, errors.New("--drain-timeout must be 0 (do not wait) or more"))
+	}
+	if _, port, err := net.SplitHostPort(c.addr); err != nil || !validPort(port) {
+		errs = append(errs, fmt.Errorf("--addr %q must be host:port with a port from 0 to 65535", c.addr))
+	}
 	if c.retention < 0 {
 		errs = append(errs, errors.New("--retention must be 0 (keep everything) or more"))
 	}
@@ -88,6 +95,11 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("%w: %w", errors.Join(errs...), errUsage)
 	}
 	return nil
+}
+
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 0 && n <= 65535
 }
 
 // logLevel reads --log-level as slog does: debug, info, warn or error, in
@@ -149,11 +161,23 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 				edgeTypes = append(edgeTypes, t)
 			}
 		}
-		log.Info("edge lane on", "edge_types", strings.Join(edgeTypes, ","))
+		if len(edgeTypes) == 0 {
+			log.Warn("edge lane on, but --edge-types names no event type: every event goes by the origin lane")
+		} else {
+			log.Info("edge lane on", "edge_types", strings.Join(edgeTypes, ","))
+		}
 	}
 	if c.edgeURL == "" && strings.TrimSpace(c.edgeTypes) != "" {
 		log.Warn("--edge-types has no effect without --edge-url and --edge-secret: every event goes by the origin lane")
 	}
+
+	// Bind before the database is touched, so a busy port leaves nothing
+	// behind (not even a generated token).
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.addr, err)
+	}
+	defer ln.Close()
 
 	l, err := ledger.Open(ctx, c.db, ledger.Options{})
 	if err != nil {
@@ -193,10 +217,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		MaxBody: int64(c.maxBody), Logger: log, Metrics: m.Handler(),
 	})
 
-	ln, err := net.Listen("tcp", c.addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", c.addr, err)
-	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	fmt.Fprintf(stdout, "sluice %s listening on http://%s\n", version, ln.Addr())
 	log.Info("serving", "addr", ln.Addr().String(), "workers", c.workers, "allow_private_endpoints", c.allowPrivate)
