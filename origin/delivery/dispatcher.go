@@ -37,7 +37,7 @@ type Config struct {
 	RetryCap       time.Duration // full-jitter cap (default 30m)
 	Breaker        breaker.Settings
 	ClaimBatch     int           // most deliveries one subscriber gets per claim (default 256)
-	Prefetch       int           // deliveries a subscriber may have claimed beyond its cap (default 256)
+	Prefetch       int           // deliveries a fast subscriber may have claimed beyond its cap (default 256)
 	DrainTimeout   time.Duration // how long Run waits for attempts in flight at shutdown (default 30s)
 	UserAgent      string
 
@@ -459,14 +459,26 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 
 // roomLocked is how many more deliveries a subscriber may take on (claimed
 // or admitted) beyond what it holds: its in-flight limit, plus the prefetch
-// that lets claims run ahead so a commit never leaves its workers idle.
+// that lets claims run ahead so a commit never leaves its workers idle. A
+// subscriber whose attempts take a second or more gets one round of its
+// limit instead, so its backlog waits pending rather than claimed (shown in
+// flight) behind attempts that take seconds. A half-open breaker gets its
+// probe alone.
 func (d *Dispatcher) roomLocked(s *sub, limit int) int {
 	room := limit - s.inflight - len(s.queue) - s.admitted
-	if limit >= d.cfg.PerSubscriber {
+	switch {
+	case limit < d.cfg.PerSubscriber:
+	case s.answerTime >= slowAnswer:
+		room += limit
+	default:
 		room += d.cfg.Prefetch
 	}
 	return room
 }
+
+// slowAnswer is the answer time from which a subscriber claims no more than
+// one round ahead: at that pace the prefetch would sit claimed for minutes.
+const slowAnswer = time.Second
 
 // Admit reserves room and tokens for up to n new deliveries of a subscriber
 // that has nothing older due, so the enqueue can hand them over in flight.

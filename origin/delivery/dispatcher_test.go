@@ -576,3 +576,34 @@ func TestLogsFailuresAndWhatADrainAbandons(t *testing.T) {
 		t.Errorf("no drain warning naming the one abandoned attempt:\n%s", out)
 	}
 }
+
+// A slow subscriber's backlog stays pending: once its attempts take a
+// second or more, it claims (in flight in the ledger) one round of its cap
+// ahead, not the prefetch.
+func TestASlowSubscriberClaimsOneRoundAhead(t *testing.T) {
+	t.Parallel()
+	const perSub = 4
+	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, perSub })
+	release := make(chan struct{})
+	rc := newReceiver(t, b.clock, func(_ *http.Request, n int) (int, http.Header) {
+		if n == 1 {
+			b.fake.Advance(2 * time.Second) // the first answer takes two seconds
+		} else {
+			<-release // the others hang
+		}
+		return http.StatusOK, nil
+	})
+	defer close(release)
+	b.subscriber("slow", rc.URL, func(s *ledger.Subscriber) { s.TimeoutMS = 10_000 })
+	b.send("warm", "t", 1)
+	b.settle()
+	b.send("e", "t", 100)
+	waitFor(t, 10*time.Second, "a round of attempts", func() bool { return rc.count() == 1+perSub })
+	stats, err := b.l.Counts(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := stats["slow"]; st == nil || st.Inflight > 2*perSub || st.Pending < 100-2*perSub {
+		t.Fatalf("slow subscriber %+v, want at most %d in flight and the rest pending", st, 2*perSub)
+	}
+}
