@@ -54,18 +54,26 @@ func FullJitter(attempt int, base, cap time.Duration, r Source) time.Duration {
 const MaxPause = time.Hour
 
 // RetryAfter parses a Retry-After header value, delta-seconds or an HTTP-date
-// in any of its three forms, into a wait from now. Dates in the past give 0
-// and every result is capped at MaxPause. ok is false for an empty or
-// unparseable value, so the caller falls back to its backoff.
+// in any of its three forms, into a wait from now, capped at MaxPause: how
+// long the subscriber pauses. ok is false for an empty or unparseable value,
+// so the caller falls back to its backoff.
 func RetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
+	d, ok = ParseRetryAfter(value, now)
+	return min(d, MaxPause), ok
+}
+
+// ParseRetryAfter is RetryAfter without the cap: the wait the subscriber
+// asked for, as the attempt's history records it. Dates in the past give 0;
+// a wait beyond what a Duration holds gives the largest one.
+func ParseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
 	value = strings.TrimSpace(value)
 	if value == "" {
 		return 0, false
 	}
 	if isDigits(value) {
 		secs, err := strconv.ParseInt(value, 10, 64)
-		if err != nil || secs > int64(MaxPause/time.Second) {
-			return MaxPause, true // only overflow can fail here
+		if err != nil || secs > math.MaxInt64/int64(time.Second) {
+			return math.MaxInt64, true // only overflow can fail here
 		}
 		return time.Duration(secs) * time.Second, true
 	}
@@ -73,7 +81,7 @@ func RetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
 	if err != nil {
 		return 0, false
 	}
-	return min(max(t.Sub(now), 0), MaxPause), true
+	return max(t.Sub(now), 0), true
 }
 
 func isDigits(s string) bool {

@@ -122,4 +122,19 @@ func TestRetryAfter(t *testing.T) {
 			t.Errorf("RetryAfter(%q) = %v, %v; want %v, %v", tc.value, got, ok, tc.want, tc.wantOK)
 		}
 	}
+	// ParseRetryAfter keeps what was asked, for the attempt's history.
+	for _, tc := range []struct {
+		value string
+		want  time.Duration
+	}{
+		{"3601", 3601 * time.Second},
+		{"999999", 999999 * time.Second},
+		{"99999999999999999999999", math.MaxInt64},
+		{"Sun, 10 Mar 2024 14:00:00 GMT", 2 * time.Hour},
+		{"Sun Mar  3 12:00:00 2024", 0},
+	} {
+		if got, ok := backoff.ParseRetryAfter(tc.value, now); got != tc.want || !ok {
+			t.Errorf("ParseRetryAfter(%q) = %v, %v; want %v, true", tc.value, got, ok, tc.want)
+		}
+	}
 }

@@ -124,7 +124,8 @@ func (d *Dispatcher) outcomeLocked(subID string, c ledger.Claimed, a *ledger.Att
 	if a.StatusCode == http.StatusTooManyRequests || a.StatusCode == http.StatusServiceUnavailable {
 		if p, ok := backoff.RetryAfter(retryAfter, now); ok {
 			pause = p
-			ms := p.Milliseconds()
+			seen, _ := backoff.ParseRetryAfter(retryAfter, now) // the history keeps what was asked
+			ms := seen.Milliseconds()
 			a.RetryAfterMS = &ms
 			// The whole subscriber waits, not just this delivery.
 			if until := now.Add(p); until.After(s.cfg.PausedUntil) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/origin/backoff"
 	"github.com/sluice-dev/sluice/origin/breaker"
 	"github.com/sluice-dev/sluice/origin/ledger"
 	"github.com/sluice-dev/sluice/shared/bucket"
@@ -194,6 +195,29 @@ func TestRetryAfterPausesTheWholeSubscriber(t *testing.T) {
 				t.Fatalf("first delivery's history = %+v, want the 429 with Retry-After 120s then a success", d.History)
 			}
 		})
+	}
+}
+
+// A Retry-After beyond backoff.MaxPause pauses the subscriber for the cap,
+// and the history keeps what the subscriber asked for.
+func TestAnAbsurdRetryAfterPausesAnHourAndIsRecordedAsAsked(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	rc := newReceiver(t, b.clock, func(_ *http.Request, n int) (int, http.Header) {
+		if n == 1 {
+			return http.StatusServiceUnavailable, http.Header{"Retry-After": {"999999"}}
+		}
+		return http.StatusOK, nil
+	})
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.Rate.PerSecond, s.Rate.Burst = 100, 1 })
+	b.send("e", "t", 1)
+	b.settle()
+	if got, want := b.d.Snapshot()["s"].PausedUntil, t0.Add(backoff.MaxPause); !got.Equal(want) {
+		t.Fatalf("paused until %v, want the cap %v", got, want)
+	}
+	d := deliveryOf(t, b, "e-0")
+	if len(d.History) != 1 || d.History[0].RetryAfterMS == nil || *d.History[0].RetryAfterMS != 999_999_000 {
+		t.Fatalf("history %+v, want the 503 with the Retry-After it sent, 999999 s", d.History)
 	}
 }
 
