@@ -200,6 +200,8 @@ func (h *handler) send(ctx context.Context, req *edgewire.DeliverRequest) (res e
 		res.Error = "request failed: " + innerError(err)
 		return res, "request_failed"
 	}
+	snippet := make([]byte, edgewire.ResponseSnippet)
+	n, _ := io.ReadFull(resp.Body, snippet)
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxSubscriberRead))
 	resp.Body.Close()
 	end := h.Now()
@@ -207,6 +209,7 @@ func (h *handler) send(ctx context.Context, req *edgewire.DeliverRequest) (res e
 		Status:      resp.StatusCode,
 		RetryAfterS: RetryAfter(resp.Header.Get("Retry-After"), end),
 		DurationMS:  ms(end.Sub(start)),
+		Response:    strings.ToValidUTF8(string(snippet[:n]), ""),
 	}, ""
 }
 

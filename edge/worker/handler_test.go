@@ -352,25 +352,30 @@ func TestReportsWhatTheSubscriberAnswered(t *testing.T) {
 		respond    http.HandlerFunc
 		status     int
 		retryAfter string // JSON
+		response   string // the first bytes of the answer
 	}{
 		{"429 with delta-seconds", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Retry-After", "7")
 			w.WriteHeader(http.StatusTooManyRequests)
-		}, 429, "7"},
+		}, 429, "7", ""},
 		{"503 with an HTTP date", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Retry-After", future)
 			w.WriteHeader(http.StatusServiceUnavailable)
-		}, 503, "30"},
+		}, 503, "30", ""},
 		{"500 without Retry-After", func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(http.StatusInternalServerError)
-		}, 500, "null"},
+		}, 500, "null", ""},
 		{"a redirect is an answer, not followed", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/elsewhere", http.StatusFound)
-		}, 302, "null"},
+		}, 302, "null", ""},
 		{"a large body is not waited for", func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(http.StatusOK)
 			_, _ = w.Write(bytes.Repeat([]byte("x"), 1<<20))
-		}, 200, "null"},
+		}, 200, "null", strings.Repeat("x", edgewire.ResponseSnippet)},
+		{"a refusal with its reason", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte("unknown event type"))
+		}, 400, "null", "unknown event type"},
 	}
 	for i, tc := range tests {
 		b.rcv.mu.Lock()
@@ -379,7 +384,11 @@ func TestReportsWhatTheSubscriberAnswered(t *testing.T) {
 		id := "dlv_" + strconv.Itoa(i)
 		dr := b.deliverRequest(t, id, "sub_"+strconv.Itoa(i))
 		status, body := b.deliver(t, dr)
-		want := `{"status":` + strconv.Itoa(tc.status) + `,"retry_after_s":` + tc.retryAfter + `,"duration_ms":0,"error":""}` + "\n"
+		want := `{"status":` + strconv.Itoa(tc.status) + `,"retry_after_s":` + tc.retryAfter + `,"duration_ms":0,"error":""`
+		if tc.response != "" {
+			want += `,"response":"` + tc.response + `"`
+		}
+		want += "}\n"
 		if status != http.StatusOK || string(body) != want {
 			t.Errorf("%s: %d %s, want 200 %s", tc.name, status, body, want)
 		}

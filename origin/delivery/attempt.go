@@ -16,11 +16,9 @@ import (
 	"github.com/sluice-dev/sluice/origin/backoff"
 	"github.com/sluice-dev/sluice/origin/egress"
 	"github.com/sluice-dev/sluice/origin/ledger"
+	"github.com/sluice-dev/sluice/shared/edgewire"
 	"github.com/sluice-dev/sluice/shared/signature"
 )
-
-// responseSnippet is how much of a subscriber's answer an attempt keeps.
-const responseSnippet = 256
 
 // reply is what one HTTP attempt learned.
 type reply struct {
@@ -76,7 +74,7 @@ func (d *Dispatcher) post(ctx context.Context, s ledger.Subscriber, signer *sign
 		return reply{err: err}
 	}
 	defer resp.Body.Close()
-	buf := make([]byte, responseSnippet)
+	buf := make([]byte, edgewire.ResponseSnippet)
 	n, _ := io.ReadFull(resp.Body, buf)
 	// Read a little more so the connection can be reused, but never let a
 	// subscriber stream an endless answer at us.

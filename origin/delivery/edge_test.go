@@ -123,6 +123,25 @@ func TestEdgeTypesGoThroughTheWorkerSignedForTheSubscriber(t *testing.T) {
 	}
 }
 
+// An edge attempt keeps the first bytes of the subscriber's answer, as an
+// origin attempt does.
+func TestAnEdgeAttemptKeepsTheAnswersFirstBytes(t *testing.T) {
+	t.Parallel()
+	w, _ := startWorker(t)
+	b := setup(t, false, withEdge(w.URL, "video.view_milestone"))
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write([]byte(`{"queued":true}`))
+	}))
+	t.Cleanup(rc.Close)
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"video.view_milestone"} })
+	b.send("m", "video.view_milestone", 1)
+	d := waitSent(t, b, "m-0")[0]
+	if len(d.History) != 1 || d.History[0].Lane != ledger.LaneEdge || d.History[0].Response != `{"queued":true}` {
+		t.Fatalf("history %+v, want one edge attempt with the answer {\"queued\":true}", d.History)
+	}
+}
+
 // A burst of one cannot be split into two whole tokens: giving each lane one
 // would double it. Such a subscriber sends everything by the origin lane.
 func TestABurstTooSmallToSplitStaysAtTheOrigin(t *testing.T) {

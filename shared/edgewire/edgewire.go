@@ -80,7 +80,14 @@ type Result struct {
 	DurationMS int64 `json:"duration_ms"`
 	// Error is empty when the subscriber answered, whatever its status.
 	Error string `json:"error"`
+	// Response is the first bytes of the subscriber's answer, at most
+	// ResponseSnippet, for the attempt's history; absent when empty.
+	Response string `json:"response,omitempty"`
 }
+
+// ResponseSnippet is how much of a subscriber's answer an attempt keeps, in
+// either lane.
+const ResponseSnippet = 256
 
 // Error is the body of every 4xx and 5xx answer, in the API's error shape:
 // {"error": {"code": "…", "message": "…"}}.

@@ -22,6 +22,7 @@ func TestWireNames(t *testing.T) {
 	checkJSON(t, Result{Status: 503}, `{"status":503,"retry_after_s":null,"duration_ms":0,"error":""}`)
 	seven := int64(7)
 	checkJSON(t, Result{Status: 429, RetryAfterS: &seven, DurationMS: 12}, `{"status":429,"retry_after_s":7,"duration_ms":12,"error":""}`)
+	checkJSON(t, Result{Status: 400, Response: `{"why":"bad"}`}, `{"status":400,"retry_after_s":null,"duration_ms":0,"error":"","response":"{\"why\":\"bad\"}"}`)
 	checkJSON(t, Error{Error: ErrorDetail{Code: "unauthorized", Message: "m"}}, `{"error":{"code":"unauthorized","message":"m"}}`)
 }
 
