@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -544,30 +546,24 @@ func TestRotatedSecretStopsSigningWhenItsGraceEnds(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination tests read while the dispatcher writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // At the default level the log holds a line per failed attempt, none per
 // success, and a warning naming what a drain that timed out abandoned.
 func TestLogsFailuresAndWhatADrainAbandons(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
-	b := setup(t, false, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	// An *os.File takes writes from many goroutines and reads between them.
+	logs, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	logged := func() string {
+		b, err := os.ReadFile(logs.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	b := setup(t, false, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 	release := make(chan struct{})
 	ok := newReceiver(t, b.clock, nil)
 	bad := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) { return http.StatusInternalServerError, nil })
@@ -584,12 +580,12 @@ func TestLogsFailuresAndWhatADrainAbandons(t *testing.T) {
 	waitFor(t, 10*time.Second, "the three receivers' requests", func() bool {
 		return ok.count() == 3 && bad.count() >= 1 && stuck.count() == 1
 	})
-	waitFor(t, 10*time.Second, "the failure's log line", func() bool { return strings.Contains(logs.String(), "subscriber_id=bad") })
+	waitFor(t, 10*time.Second, "the failure's log line", func() bool { return strings.Contains(logged(), "subscriber_id=bad") })
 	b.stop() // DrainTimeout is 200 ms; the stuck attempt outlasts it
 	close(release)
 	b.start()
 
-	out := logs.String()
+	out := logged()
 	if strings.Contains(out, "subscriber_id=ok") {
 		t.Errorf("successes were logged at the default level:\n%s", out)
 	}
