@@ -209,7 +209,7 @@ func (h *handler) send(ctx context.Context, req *edgewire.DeliverRequest) (res e
 		Status:      resp.StatusCode,
 		RetryAfterS: RetryAfter(resp.Header.Get("Retry-After"), end),
 		DurationMS:  ms(end.Sub(start)),
-		Response:    strings.ToValidUTF8(string(snippet[:n]), ""),
+		Response:    edgewire.Snippet(snippet[:n]),
 	}, ""
 }
 
@@ -229,9 +229,10 @@ func RetryAfter(v string, now time.Time) *int64 {
 	if v == "" {
 		return nil
 	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n < 0 {
-			return nil
+	if strings.Trim(v, "0123456789") == "" { // delta-seconds: digits alone
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			n = math.MaxInt64 // more seconds than an int64 holds; the origin caps the pause
 		}
 		return &n
 	}

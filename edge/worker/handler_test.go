@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -569,6 +570,8 @@ func TestRetryAfter(t *testing.T) {
 		{"0", ptr(0)},
 		{"120", ptr(120)},
 		{"-5", nil},
+		{"+5", nil},
+		{"99999999999999999999999", ptr(math.MaxInt64)}, // capped by the origin, not dropped
 		{"soon", nil},
 		{"Sat, 11 Jul 2026 08:01:30 GMT", ptr(90)},    // RFC 1123
 		{"Saturday, 11-Jul-26 08:00:10 GMT", ptr(10)}, // RFC 850

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/origin/backoff"
 	"github.com/sluice-dev/sluice/origin/egress"
@@ -79,7 +78,7 @@ func (d *Dispatcher) post(ctx context.Context, s ledger.Subscriber, signer *sign
 	// Read a little more so the connection can be reused, but never let a
 	// subscriber stream an endless answer at us.
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	return reply{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), body: printable(buf[:n])}
+	return reply{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), body: edgewire.Snippet(buf[:n])}
 }
 
 // settle turns an attempt into its ledger result and updates the
@@ -180,12 +179,4 @@ func describe(err error, timeout time.Duration) string {
 		return "host does not resolve"
 	}
 	return fmt.Sprintf("request failed: %v", err)
-}
-
-// printable keeps the valid UTF-8 prefix of b.
-func printable(b []byte) string {
-	for len(b) > 0 && !utf8.Valid(b) {
-		b = b[:len(b)-1]
-	}
-	return string(b)
 }

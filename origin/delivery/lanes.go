@@ -163,7 +163,7 @@ func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *s
 	default:
 		a := &ledger.Attempt{
 			Number: c.Attempts + 1, At: start, Lane: ledger.LaneEdge,
-			StatusCode: res.Status, Error: res.Error, DurationMS: res.DurationMS, Response: printable([]byte(res.Response)),
+			StatusCode: res.Status, Error: res.Error, DurationMS: res.DurationMS, Response: edgewire.Snippet([]byte(res.Response)),
 		}
 		retryAfter := ""
 		if res.RetryAfterS != nil {

@@ -190,13 +190,19 @@ func lockDatabase(path string) (*os.File, error) {
 		return nil, err
 	}
 	// The file holds the API token and every subscriber's secret: only its
-	// owner may read it. SQLite gives its -wal and -shm files the same mode.
+	// owner may read it, including a file an older sluice made 0644. SQLite
+	// gives new -wal and -shm files the database's mode; existing ones are
+	// set here. A file owned by another user keeps the mode its owner chose.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		unlockFile(lock)
 		return nil, fmt.Errorf("create database file: %w", err)
 	}
+	f.Chmod(0o600)
 	f.Close()
+	for _, side := range []string{path + "-wal", path + "-shm"} {
+		os.Chmod(side, 0o600)
+	}
 	return lock, nil
 }
 

@@ -60,6 +60,24 @@ func TestDatabaseFileIsTheOwnersAlone(t *testing.T) {
 			t.Errorf("%s has mode %v, want -rw-------", filepath.Base(p), mode)
 		}
 	}
+	// A file an older sluice left world-readable is made the owner's alone.
+	old := filepath.Join(t.TempDir(), "old.db")
+	if err := os.WriteFile(old, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(old, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	l, err := Open(context.Background(), old, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if st, err := os.Stat(old); err != nil {
+		t.Fatal(err)
+	} else if st.Mode().Perm() != 0o600 {
+		t.Errorf("an existing 0644 database has mode %v after Open, want -rw-------", st.Mode().Perm())
+	}
 	dir := t.TempDir()
 	if _, err := Open(context.Background(), dir, Options{}); err == nil || !strings.Contains(err.Error(), "is a folder") {
 		t.Errorf("Open on a folder = %v, want an error saying it is a folder", err)

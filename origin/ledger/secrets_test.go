@@ -54,6 +54,11 @@ func TestRotateKeepsEachSecretItsGrace(t *testing.T) {
 	if got, want := s.Secrets(t0.Add(4*time.Hour)), []string{"h", "g", "f", "e", "d"}; !slices.Equal(got, want) {
 		t.Errorf("after five more rotations: %v, want %v", got, want)
 	}
+	// Rotating to the current secret (two requests racing) changes nothing.
+	s.Rotate("h", t0.Add(5*time.Hour), day)
+	if got, want := s.Secrets(t0.Add(5*time.Hour)), []string{"h", "g", "f", "e", "d"}; !slices.Equal(got, want) {
+		t.Errorf("after rotating to the current secret: %v, want %v", got, want)
+	}
 }
 
 func TestPreviousSecretsAreStored(t *testing.T) {

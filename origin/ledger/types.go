@@ -108,8 +108,11 @@ func (s *Subscriber) Secrets(now time.Time) []string {
 
 // Rotate makes secret the current one; the current one keeps signing for
 // grace. Previous secrets whose grace has ended at now, or that are secret
-// itself, are dropped.
+// itself, are dropped. Rotating to the current secret changes nothing.
 func (s *Subscriber) Rotate(secret string, now time.Time, grace time.Duration) {
+	if secret == s.Secret {
+		return
+	}
 	kept := []PreviousSecret{{Secret: s.Secret, Until: now.Add(grace)}}
 	for _, p := range s.Previous {
 		if now.Before(p.Until) && p.Secret != secret && len(kept) < MaxPreviousSecrets {

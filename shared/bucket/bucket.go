@@ -108,7 +108,17 @@ func TakeToSend(s State, r Rate, now time.Time, n float64) (State, bool) {
 // AvailableToSend is Available for a sender's bucket: the whole tokens above
 // the reserve.
 func AvailableToSend(s State, r Rate, now time.Time) int {
-	return int(math.Floor(max(0, Refill(s, r, now).Tokens-reserve(r))))
+	t, res := Refill(s, r, now).Tokens, reserve(r)
+	n := int(math.Floor(max(0, t-res)))
+	// Count with TakeToSend's comparison, tokens ≥ n + reserve, so the two
+	// never disagree by a rounding of t − reserve.
+	for n > 0 && t < float64(n)+res {
+		n--
+	}
+	for t >= float64(n+1)+res {
+		n++
+	}
+	return n
 }
 
 // WaitToSend is Wait for a sender's bucket: how long until it holds one

@@ -214,3 +214,18 @@ func TestTakeToSendNeverDelaysAStreamWithinTheRate(t *testing.T) {
 		}
 	}
 }
+
+// AvailableToSend counts what TakeToSend would spend: at one token above the
+// reserve they agree, whatever the rounding of tokens − reserve.
+func TestAvailableToSendAgreesWithTakeToSend(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(3, 5))
+	for range 100_000 {
+		r := Rate{PerSecond: 1 + rnd.Float64()*100, Burst: 2 + float64(rnd.IntN(50))}
+		s := State{Tokens: 1 + reserve(r), Last: t0}
+		_, ok := TakeToSend(s, r, t0, 1)
+		if n := AvailableToSend(s, r, t0); ok != (n >= 1) || WaitToSend(s, r, t0) != 0 {
+			t.Fatalf("%+v with %v tokens: TakeToSend %v, AvailableToSend %d, WaitToSend %v", r, s.Tokens, ok, n, WaitToSend(s, r, t0))
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 
 	"github.com/sluice-dev/sluice/shared/bucket"
 	"github.com/sluice-dev/sluice/shared/event"
@@ -88,6 +89,13 @@ type Result struct {
 // ResponseSnippet is how much of a subscriber's answer an attempt keeps, in
 // either lane.
 const ResponseSnippet = 256
+
+// Snippet is what an attempt keeps of an answer that began with b: at most
+// ResponseSnippet bytes, without the bytes that are not UTF-8 (a cut rune at
+// the end, or a binary answer), so it can be stored and shown as text.
+func Snippet(b []byte) string {
+	return strings.ToValidUTF8(string(b[:min(len(b), ResponseSnippet)]), "")
+}
 
 // Error is the body of every 4xx and 5xx answer, in the API's error shape:
 // {"error": {"code": "…", "message": "…"}}.

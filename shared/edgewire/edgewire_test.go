@@ -76,3 +76,19 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestSnippetKeepsTextUpToTheLimit(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a", ResponseSnippet-1) + "é" // the rune crosses the limit
+	for _, c := range []struct{ in, want string }{
+		{"", ""},
+		{`{"ok":true}`, `{"ok":true}`},
+		{long, strings.Repeat("a", ResponseSnippet-1)},
+		{strings.Repeat("b", 1000), strings.Repeat("b", ResponseSnippet)},
+		{"caf\xe9 ok", "caf ok"},
+	} {
+		if got := Snippet([]byte(c.in)); got != c.want {
+			t.Errorf("Snippet(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

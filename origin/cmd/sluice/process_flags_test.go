@@ -80,6 +80,7 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 			{"--edge-url", "http://127.0.0.1:9", "--edge-secret", "not-a-whsec-secret"},
 			{"--edge-url", "http://127.0.0.1:9", "--edge-secret", "QUJDREVGR0hJSktMTU5PUFFSU1RVVldY"}, // base64 without whsec_
 			{"--drain-timeout", "-1s"},
+			{"--drain-timeout", "0"},
 			{"--addr", "nope"},
 			{"--addr", "127.0.0.1:99999"},
 		} {

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 
@@ -70,11 +69,11 @@ func (c *serveConfig) validate() error {
 	if c.retryBase <= 0 || c.retryCap < c.retryBase {
 		errs = append(errs, errors.New("--retry-base must be positive and --retry-cap at least --retry-base"))
 	}
-	if c.drain < 0 {
-		errs = append(errs, errors.New("--drain-timeout must be 0 (do not wait) or more"))
+	if c.drain <= 0 {
+		errs = append(errs, errors.New("--drain-timeout must be positive"))
 	}
-	if _, port, err := net.SplitHostPort(c.addr); err != nil || !validPort(port) {
-		errs = append(errs, fmt.Errorf("--addr %q must be host:port with a port from 0 to 65535", c.addr))
+	if !validAddr(c.addr) {
+		errs = append(errs, fmt.Errorf("--addr %q must be host:port (a port number or service name)", c.addr))
 	}
 	if c.retention < 0 {
 		errs = append(errs, errors.New("--retention must be 0 (keep everything) or more"))
@@ -97,9 +96,14 @@ func (c *serveConfig) validate() error {
 	return nil
 }
 
-func validPort(p string) bool {
-	n, err := strconv.Atoi(p)
-	return err == nil && n >= 0 && n <= 65535
+// validAddr reports whether net.Listen could take addr: host:port, where
+// the port may be empty (any), a number or a service name.
+func validAddr(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil && port != "" {
+		_, err = net.LookupPort("tcp", port)
+	}
+	return err == nil
 }
 
 // logLevel reads --log-level as slog does: debug, info, warn or error, in
