@@ -817,6 +817,16 @@ func TestPauseAndResume(t *testing.T) {
 	if e := b.postEvent(t, `{"id":"skip","type":"t.x"}`, http.StatusAccepted); e.Deliveries != 0 {
 		t.Errorf("after narrowing event_types, t.x still fans out to s1: %+v", e)
 	}
+
+	// A PATCH that changes nothing writes nothing: updated_at stays.
+	b.clock.Advance(time.Minute)
+	for _, same := range []string{`{}`, `{"paused":false,"max_attempts":3}`} {
+		var again subscriberJSON
+		b.do(t, "PATCH", "/v1/subscribers/s1", same, http.StatusOK, &again)
+		if !again.UpdatedAt.Equal(s.UpdatedAt) {
+			t.Errorf("PATCH %s moved updated_at from %v to %v", same, s.UpdatedAt, again.UpdatedAt)
+		}
+	}
 }
 
 func TestPatchAndDeleteUnknownAndDeleted(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/sluice-dev/sluice/origin/breaker"
@@ -153,7 +155,8 @@ func (l *Ledger) CreateSubscriber(ctx context.Context, s *Subscriber) error {
 
 // UpdateSubscriber applies change to the stored subscriber and saves the
 // fields an operator may change (url, types, rate, limits, paused, secrets).
-// change must not fail: validate before calling.
+// change must not fail: validate before calling. A change that changes
+// nothing writes nothing, and updated_at stays.
 func (l *Ledger) UpdateSubscriber(ctx context.Context, id string, change func(*Subscriber)) (Subscriber, error) {
 	var out Subscriber
 	err := l.write(ctx, func(ctx context.Context, w *writer) error {
@@ -161,7 +164,13 @@ func (l *Ledger) UpdateSubscriber(ctx context.Context, id string, change func(*S
 		if err != nil {
 			return err
 		}
+		before := s
+		before.EventTypes, before.Previous = slices.Clone(s.EventTypes), slices.Clone(s.Previous)
 		change(&s)
+		if reflect.DeepEqual(before, s) {
+			out = s
+			return nil
+		}
 		s.UpdatedAt = fromMS(ms(w.now))
 		types, _ := json.Marshal(s.EventTypes)
 		_, err = w.conn.ExecContext(ctx, `UPDATE subscribers SET url = ?, event_types = ?, rate_per_second = ?,
