@@ -3,22 +3,18 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/loadtest/localedge"
 	"github.com/sluice-dev/sluice/shared/edgewire"
 	"github.com/sluice-dev/sluice/shared/signature"
 )
@@ -37,7 +33,7 @@ const (
 
 var (
 	repoRoot   string
-	sharedEdge *edgeProc // one Worker for the tests that need no restart
+	sharedEdge *localedge.Worker // one Worker for the tests that need no restart
 )
 
 func TestMain(m *testing.M) {
@@ -55,19 +51,11 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	repoRoot = root
-	if _, err := exec.LookPath("node"); err != nil {
-		return 0, errors.New("node is not on PATH; these tests run the Worker in workerd through Node 20 (see README)")
+	if err := localedge.Check(root); err != nil {
+		return 0, fmt.Errorf("%w (or run `make edge-test`)", err)
 	}
-	for _, pkg := range []string{"miniflare", "wrangler"} {
-		if _, err := os.Stat(filepath.Join(root, "node_modules", pkg, "package.json")); err != nil {
-			return 0, fmt.Errorf("node_modules/%s is missing: run `npm ci` in %s first, or `make edge-test`", pkg, root)
-		}
-	}
-	// Build what the tests run, so they never test a stale app.wasm.
-	build := exec.Command("make", "-s", "edge")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("make edge: %v\n%s", err, out)
+	if err := localedge.Build(root); err != nil {
+		return 0, err
 	}
 	dir, err := os.MkdirTemp("", "sluice-edge-test-")
 	if err != nil {
@@ -85,98 +73,19 @@ func run(m *testing.M) (int, error) {
 	return code, nil
 }
 
-// edgeProc is one Miniflare process serving the Worker.
-type edgeProc struct {
-	URL  string
-	cmd  *exec.Cmd
-	out  *syncBuffer // the process's stdout and stderr: Miniflare's and the Worker's logs
-	done chan struct{}
-}
-
 // startEdge serves the Worker on a free 127.0.0.1 port with Durable Object
 // storage persisted in persistDir (in memory when it is ""), and waits until
 // it answers.
-func startEdge(persistDir string) (*edgeProc, error) {
-	cfgHome, err := os.MkdirTemp("", "sluice-edge-xdg-")
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"scripts/miniflare-edge.mjs", "--port", "0"}
-	if persistDir != "" {
-		args = append(args, "--persist", persistDir)
-	}
-	cmd := exec.Command("node", args...)
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(),
-		"SLUICE_EDGE_SECRET="+edgeSecret,
-		"WRANGLER_SEND_METRICS=false",
-		"CLOUDFLARE_CF_FETCH_ENABLED=false",
-		"WRANGLER_HIDE_BANNER=true",
-		"XDG_CONFIG_HOME="+cfgHome,
-	)
-	// Its own process group, so a stuck workerd child can be ended with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting Miniflare: %w", err)
-	}
-	e := &edgeProc{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			e.out.WriteLine(line)
-			var r struct{ URL string }
-			if strings.HasPrefix(line, `{"url":`) && json.Unmarshal([]byte(line), &r) == nil {
-				select {
-				case ready <- r.URL:
-				default:
-				}
-			}
-		}
-	}()
-	go func() {
-		_ = cmd.Wait()
-		pw.Close()
-		os.RemoveAll(cfgHome)
-		close(e.done)
-	}()
-	select {
-	case e.URL = <-ready:
-		return e, nil
-	case <-e.done:
-		return nil, fmt.Errorf("Miniflare exited before it was ready:\n%s", e.out)
-	case <-time.After(60 * time.Second):
-		e.kill()
-		return nil, fmt.Errorf("Miniflare not ready after 60s:\n%s", e.out)
-	}
+func startEdge(persistDir string) (*localedge.Worker, error) {
+	return localedge.Start(localedge.Options{Root: repoRoot, Secret: edgeSecret, Persist: persistDir})
 }
-
-// Stop asks Miniflare to dispose of workerd (SIGTERM) and waits; after 15s it
-// ends the process group.
-func (e *edgeProc) Stop() error {
-	_ = e.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-e.done:
-		return nil
-	case <-time.After(15 * time.Second):
-		e.kill()
-		<-e.done
-		return errors.New("Miniflare ignored SIGTERM for 15s; killed")
-	}
-}
-
-func (e *edgeProc) kill() { _ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL) }
 
 // waitForLog waits until the Worker's output contains s.
-func (e *edgeProc) waitForLog(t *testing.T, s string) string {
+func waitForLog(t *testing.T, e *localedge.Worker, s string) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out := e.out.String()
+		out := e.Output()
 		if strings.Contains(out, s) {
 			return out
 		}
@@ -187,29 +96,11 @@ func (e *edgeProc) waitForLog(t *testing.T, s string) string {
 	}
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) WriteLine(line string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.buf.WriteString(line)
-	s.buf.WriteByte('\n')
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
 // client is the origin's side of the lane, as far as these tests need it.
 var client = &http.Client{Timeout: 30 * time.Second}
 
 // deliver signs dr with the origin↔edge secret at now and posts it.
-func deliver(t testing.TB, e *edgeProc, dr edgewire.DeliverRequest) (int, []byte) {
+func deliver(t testing.TB, e *localedge.Worker, dr edgewire.DeliverRequest) (int, []byte) {
 	t.Helper()
 	body, err := json.Marshal(dr)
 	if err != nil {
@@ -219,7 +110,7 @@ func deliver(t testing.TB, e *edgeProc, dr edgewire.DeliverRequest) (int, []byte
 }
 
 // post sends body to the Worker, signed with secret at ts ("" sends it unsigned).
-func post(t testing.TB, e *edgeProc, id string, body []byte, secret string, ts time.Time) (int, []byte) {
+func post(t testing.TB, e *localedge.Worker, id string, body []byte, secret string, ts time.Time) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, e.URL+edgewire.DeliverPath, bytes.NewReader(body))
 	if err != nil {

@@ -202,7 +202,7 @@ func TestDeliversWhatTheSubscriberCanVerify(t *testing.T) {
 	}
 
 	// Only delivery id, subscriber hash, status and timing reach the logs.
-	logs := sharedEdge.waitForLog(t, `"delivery_id":"`+dr.DeliveryID+`"`)
+	logs := waitForLog(t, sharedEdge, `"delivery_id":"`+dr.DeliveryID+`"`)
 	if !strings.Contains(logs, `"subscriber":"`+worker.SubscriberHash(sub)+`"`) {
 		t.Errorf("no subscriber hash in the logs:\n%s", logs)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sluice-dev/sluice/loadtest/localedge"
 	"io"
 	"log/slog"
 	"net/http"
@@ -44,7 +45,7 @@ type origin struct {
 	api  *httptest.Server
 }
 
-func startOrigin(t *testing.T, e *edgeProc) *origin {
+func startOrigin(t *testing.T, e *localedge.Worker) *origin {
 	t.Helper()
 	ec, err := edgeclient.New(e.URL, edgeSecret, nil, nil)
 	if err != nil {
@@ -256,7 +257,7 @@ func checkRate(t *testing.T, arrivals []time.Time, r bucket.Rate, slack float64)
 // spendEdgeBucket empties the Worker's bucket for sub as another origin
 // sharing the Worker would: signed deliveries to url until the Worker defers
 // one. It returns how many the Worker delivered.
-func spendEdgeBucket(t *testing.T, e *edgeProc, sub, url string, r bucket.Rate) int {
+func spendEdgeBucket(t *testing.T, e *localedge.Worker, sub, url string, r bucket.Rate) int {
 	t.Helper()
 	s, err := signature.NewSigner(subscriberSecret)
 	if err != nil {
@@ -377,9 +378,9 @@ func TestOriginFallsBackWhenTheWorkerIsKilled(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	killStart := time.Now()
-	e.kill()
+	e.Kill()
 	select {
-	case <-e.done:
+	case <-e.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the Worker did not exit within 10s of SIGKILL")
 	}
