@@ -65,6 +65,7 @@ edge-test: edge ## host tests, a wrangler deploy dry run, then the Worker in rea
 	$(GO) test -count=1 ./edge/... ./shared/edgewire/...
 	@out=$$(mktemp -d); scripts/wrangler deploy --dry-run --outdir "$$out"; rc=$$?; rm -rf "$$out"; exit $$rc
 	$(GO) test -count=1 -tags edge -v ./edge/
+	$(GO) test -count=1 -tags edge -run TestCanalThroughTheEdge -v ./loadtest/scenario/
 
 bench-edge: edge ## Worker + Durable Object overhead in local workerd, printed as a table
 	$(GO) test -count=1 -tags edge -run '^$$' -bench . -benchtime 1x ./edge/

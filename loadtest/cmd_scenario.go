@@ -77,9 +77,14 @@ func runCanal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"events in one burst through /v1/events/batch, waits up to --timeout for every delivery to reach its\n"+
 		"partner or the dead letters, and prints a per-subscriber table.\n\n"+
 		"An event is lost only when it was neither delivered, nor still pending or in flight in sluice, nor\n"+
-		"dead-lettered. Exit status 1 when anything was lost or an advertised rate was exceeded.", stderr)
+		"dead-lettered. Exit status 1 when anything was lost or an advertised rate was exceeded.\n\n"+
+		"--edge also builds the edge Worker and runs it in workerd through Miniflare (run from the repository\n"+
+		"root after `npm ci`), serves sluice with --edge-types video.view_milestone, subscribes every partner to\n"+
+		"both types, and follows the burst with a quarter as many video.view_milestone events: those go through\n"+
+		"the Worker, and each partner's rate still holds summed over both lanes.", stderr)
 	var c commonFlags
 	c.register(fs, 12000, 60*time.Second)
+	fs.BoolVar(&c.o.Edge, "edge", false, "also route video.view_milestone events through a local edge Worker (needs Node and `npm ci`)")
 	var withNaive bool
 	var naiveWorkers int
 	fs.BoolVar(&withNaive, "naive", false, "then run the seed's naive loop against fresh partners and print both tables")
@@ -92,6 +97,9 @@ func runCanal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if c.o.Live != nil {
 		fmt.Fprintf(stdout, "sluice canal demo: %d video.trending events in one burst to 5 subscribers; up to %s\n\n", c.o.Events, c.o.Timeout)
+		if c.o.Edge {
+			fmt.Fprintf(stdout, "with %d video.view_milestone events through a local edge Worker\n\n", max(1, c.o.Events/4))
+		}
 	}
 	res, err := scenario.Canal(ctx, c.o)
 	if err != nil {

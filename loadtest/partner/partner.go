@@ -97,6 +97,9 @@ type Counts struct {
 	Timeouts      int `json:"timeouts"`       // held until the client gave up
 	Abandoned     int `json:"abandoned"`      // the client went away during a slow answer
 	BadSignatures int `json:"bad_signatures"` // answered 401
+	// ViaWorker counts requests a Cloudflare Worker made (workerd sets
+	// CF-Worker on a Worker's subrequests): the edge lane's share.
+	ViaWorker int `json:"via_worker"`
 }
 
 // Partner is a running fake subscriber. It is an http.Handler; Start also
@@ -244,6 +247,9 @@ func (p *Partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.arrivals = append(p.arrivals, at)
 	p.counts.Requests++
+	if r.Header.Get("Cf-Worker") != "" {
+		p.counts.ViaWorker++
+	}
 	act, status, retryAfter := p.decideLocked(at, r.Header, body, readErr)
 	p.mu.Unlock()
 

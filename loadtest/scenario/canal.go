@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/loadtest/partner"
 	"github.com/sluice-dev/sluice/loadtest/report"
 )
 
@@ -71,9 +73,19 @@ func (r *Result) Write(w io.Writer) error {
 // sluice, then up to Timeout (default 60s) for them to reach each partner or
 // the dead letters. The 10/s partner needs 20 minutes for 12,000 events, so
 // a bounded run reports its progress: an event counts as lost only when it
-// is neither delivered, nor pending or in flight in sluice, nor dead.
+// is neither delivered, nor pending or in flight in sluice, nor dead. With
+// Edge, a quarter as many video.view_milestone events follow the burst,
+// through a local edge Worker, and every subscriber receives both types.
 func Canal(ctx context.Context, o Options) (*Result, error) {
 	o.defaults(12000, 60*time.Second, CanalSpecs)
+	if o.Edge {
+		w, args, err := startWorker(o.Root, o.Log)
+		if err != nil {
+			return nil, fmt.Errorf("the edge Worker: %w", err)
+		}
+		defer w.Stop()
+		o.ServeArgs = append(slices.Clone(o.ServeArgs), args...)
+	}
 	e, err := newEnv(ctx, o, true)
 	if err != nil {
 		return nil, err
@@ -81,25 +93,51 @@ func Canal(ctx context.Context, o Options) (*Result, error) {
 	defer e.close()
 
 	ids := eventIDs("canal", o.Events)
+	var milestones []string
+	if o.Edge {
+		milestones = eventIDs("milestone", max(1, o.Events/4))
+	}
 	start := o.Now()
-	fmt.Fprintf(o.Log, "firing %d events\n", len(ids))
-	if err := e.fire(ctx, ids, 0, false); err != nil {
+	fmt.Fprintf(o.Log, "firing %d events\n", len(ids)+len(milestones))
+	if err := e.fire(ctx, ids, eventType, 0, false); err != nil {
+		return nil, fmt.Errorf("%w\nsluice log:\n%s", err, e.sluiceTail())
+	}
+	if err := e.fire(ctx, milestones, milestoneType, len(ids), false); err != nil {
 		return nil, fmt.Errorf("%w\nsluice log:\n%s", err, e.sluiceTail())
 	}
 	fired := o.Now().Sub(start)
+	expected := append(slices.Clone(ids), milestones...)
 	lv := &live{w: o.Live, tty: o.LiveTTY}
-	if _, err := e.waitSettled(ctx, start, start.Add(o.Timeout), len(ids), true, lv); err != nil {
+	if _, err := e.waitSettled(ctx, start, start.Add(o.Timeout), len(expected), true, lv); err != nil {
 		return nil, err
 	}
-	rows, err := e.account(ctx, ids, start)
+	rows, err := e.account(ctx, expected, start)
 	if err != nil {
 		return nil, fmt.Errorf("accounting: %w\nsluice log:\n%s", err, e.sluiceTail())
 	}
 	res := &Result{
-		Scenario: "canal", Events: len(ids), Timeout: report.Millis(o.Timeout),
+		Scenario: "canal", Events: len(expected), Timeout: report.Millis(o.Timeout),
 		Jitter: report.Millis(o.Jitter),
 		Fire:   report.Millis(fired), Elapsed: report.Millis(o.Now().Sub(start)), Rows: rows,
 	}
 	res.judge()
+	if o.Edge {
+		res.judgeEdge(e.partners, len(milestones))
+	}
 	return res, nil
+}
+
+// judgeEdge notes how much came through the edge Worker, and fails a run
+// whose milestone events never went that way.
+func (r *Result) judgeEdge(partners []*partner.Partner, milestones int) {
+	via := 0
+	for _, p := range partners {
+		via += p.Report(nil).ViaWorker
+	}
+	r.Notes = append(r.Notes, fmt.Sprintf("edge: %d %s events went through a local Worker in workerd; %d requests reached the partners through it",
+		milestones, milestoneType, via))
+	if via == 0 {
+		r.Failures = append(r.Failures, "edge: no request reached a partner through the Worker")
+		r.Pass = false
+	}
 }

@@ -31,7 +31,14 @@ type Options struct {
 	ServeArgs []string
 	// Jitter is the arrival-time spread the rate check allows for (default 50ms).
 	Jitter time.Duration
-	Seed   uint64 // seeds the partners' faults (and the chaos schedule)
+	// Edge also runs the edge Worker locally (in workerd, through
+	// Miniflare) and sends milestone events through it; Canal adds a
+	// quarter as many of them to its burst.
+	Edge bool
+	// Root is the module's root, where sluice and the Worker are built
+	// (default: the working folder).
+	Root string
+	Seed uint64 // seeds the partners' faults (and the chaos schedule)
 	// Live receives a per-subscriber progress view every second; nil for
 	// none. LiveTTY redraws it in place with ANSI escapes.
 	Live    io.Writer
@@ -61,6 +68,9 @@ func (o *Options) defaults(events int, timeout time.Duration, specs func() []Spe
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Root == "" {
+		o.Root, _ = os.Getwd()
 	}
 }
 
@@ -123,11 +133,7 @@ func (e *env) startSluice(ctx context.Context) error {
 	if e.bin == "" {
 		e.bin = filepath.Join(e.dir, "sluice")
 		fmt.Fprintf(e.o.Log, "building sluice into %s\n", e.bin)
-		wd, err := os.Getwd()
-		if err != nil {
-			return err
-		}
-		if err := instance.Build(ctx, wd, e.bin); err != nil {
+		if err := instance.Build(ctx, e.o.Root, e.bin); err != nil {
 			return err
 		}
 	}
@@ -184,7 +190,7 @@ func (e *env) subscribe(ctx context.Context) error {
 		p := e.partners[i]
 		rate := p.Config().Advertised
 		got, err := e.api().CreateSubscriber(ctx, instance.NewSubscriber{
-			ID: s.ID, URL: p.URL(), EventTypes: []string{eventType}, Rate: &rate,
+			ID: s.ID, URL: p.URL(), EventTypes: e.o.eventTypes(), Rate: &rate,
 			MaxAttempts: s.MaxAttempts, TimeoutMS: s.TimeoutMS, Secret: p.Config().Secret,
 		})
 		if err != nil {
@@ -222,7 +228,20 @@ func (e *env) sluiceTail() string {
 	return ""
 }
 
-const eventType = "video.trending"
+// The scenarios' event types: the seed's burst, and the high-volume,
+// low-value kind the edge lane is for.
+const (
+	eventType     = "video.trending"
+	milestoneType = "video.view_milestone"
+)
+
+// eventTypes are what every subscriber of the run receives.
+func (o *Options) eventTypes() []string {
+	if o.Edge {
+		return []string{eventType, milestoneType}
+	}
+	return []string{eventType}
+}
 
 // eventIDs are the ids of a run's n events.
 func eventIDs(prefix string, n int) []string {
@@ -233,27 +252,29 @@ func eventIDs(prefix string, n int) []string {
 	return ids
 }
 
-// eventBody is a video.trending event shaped like the seed's, with the time
-// it was handed to sluice in sent_at, so receivers can time the delivery.
-func eventBody(id string, i int, sentAt time.Time) json.RawMessage {
+// eventBody is an event of type typ shaped like the seed's video.trending,
+// with the time it was handed to sluice in sent_at, so receivers can time
+// the delivery.
+func eventBody(id, typ string, i int, sentAt time.Time) json.RawMessage {
 	return json.RawMessage(fmt.Sprintf(
 		`{"id":%q,"type":%q,"video_id":"vv_9f31c2","region":"NL","velocity":%.2f,"occurred_at":"2026-07-11T08:14:02Z","sent_at":%q}`,
-		id, eventType, 224+float64(i%1000)/100, sentAt.UTC().Format(time.RFC3339Nano)))
+		id, typ, 224+float64(i%1000)/100, sentAt.UTC().Format(time.RFC3339Nano)))
 }
 
 const batchSize = 1000
 
-// fire posts ids to sluice in batches of up to 1,000, one after the other,
-// stamping each batch when it is built. retry makes a failed batch be sent
-// again (same ids: sluice answers duplicates) until it is taken or ctx ends.
-func (e *env) fire(ctx context.Context, ids []string, offset int, retry bool) error {
+// fire posts ids as events of type typ to sluice in batches of up to 1,000,
+// one after the other, stamping each batch when it is built. retry makes a
+// failed batch be sent again (same ids: sluice answers duplicates) until it
+// is taken or ctx ends.
+func (e *env) fire(ctx context.Context, ids []string, typ string, offset int, retry bool) error {
 	for lo := 0; lo < len(ids); lo += batchSize {
 		hi := min(lo+batchSize, len(ids))
 		for try := 0; ; try++ {
 			now := e.o.Now()
 			batch := make([]json.RawMessage, 0, hi-lo)
 			for i := lo; i < hi; i++ {
-				batch = append(batch, eventBody(ids[i], offset+i, now))
+				batch = append(batch, eventBody(ids[i], typ, offset+i, now))
 			}
 			_, err := e.api().SendBatch(ctx, batch)
 			if err == nil {
@@ -445,6 +466,9 @@ func (e *env) row(s Spec, pr partner.Report, t report.Tally, st instance.Subscri
 	}
 	if pr.Banned {
 		r.Notes = append(r.Notes, fmt.Sprintf("the partner BANNED the sender (%d × 403)", pr.Sent403))
+	}
+	if pr.ViaWorker > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d of its %d requests came through the edge Worker", pr.ViaWorker, pr.Requests))
 	}
 	if f := pr.Counts; f.Sent500+f.Resets+f.Timeouts > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("partner injected %d × 500, %d resets, %d timeouts", f.Sent500, f.Resets, f.Timeouts))

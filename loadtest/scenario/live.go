@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/loadtest/instance"
 	"github.com/sluice-dev/sluice/loadtest/partner"
 	"github.com/sluice-dev/sluice/loadtest/report"
+	"github.com/sluice-dev/sluice/shared/bucket"
 )
 
 // live is the per-subscriber progress view: one line per subscriber,
@@ -34,7 +35,7 @@ func (l *live) draw(now, start time.Time, specs []Spec, ps []*partner.Partner, s
 		adv := ps[i].Config().Advertised
 		lines = append(lines, fmt.Sprintf("  %-13s %6d/%-6d %s %5d/s of %-6s %s",
 			s.ID, pg.Delivered, expected, bar(pg.Delivered, expected, 20), pg.LastSecond,
-			fmt.Sprintf("%g/s", adv.PerSecond), State(pg, st.Of(s.ID), expected, now)))
+			fmt.Sprintf("%g/s", adv.PerSecond), State(pg, st.Of(s.ID), adv, expected, now)))
 	}
 	for _, line := range lines {
 		if l.tty {
@@ -60,8 +61,9 @@ func bar(n, of, width int) string {
 
 // State says in a few words why a subscriber is where it is: drained,
 // banned by its partner, breaker open, paused by Retry-After, partner down,
-// throttled at its cap, or sending; with its dead letters.
-func State(pg partner.Progress, s instance.SubscriberStats, expected int, now time.Time) string {
+// throttled at its cap (its bucket, at rate, has no token above the reserve
+// a sender keeps), or sending; with its dead letters.
+func State(pg partner.Progress, s instance.SubscriberStats, rate bucket.Rate, expected int, now time.Time) string {
 	var st string
 	switch {
 	case expected > 0 && pg.Delivered >= expected:
@@ -76,7 +78,7 @@ func State(pg partner.Progress, s instance.SubscriberStats, expected int, now ti
 		st = fmt.Sprintf("paused by Retry-After (%s left)", report.Short(s.PausedUntil.Sub(now)))
 	case pg.Mode != partner.Up:
 		st = "partner down (" + pg.Mode.String() + ")"
-	case s.Pending+s.Inflight > 0 && s.Tokens < 1:
+	case s.Pending+s.Inflight > 0 && s.Tokens < 1+rate.SendReserve():
 		st = "throttled at its cap"
 	case s.Pending+s.Inflight > 0:
 		st = "sending"

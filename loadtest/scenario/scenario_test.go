@@ -26,7 +26,7 @@ func TestEventBodyIsTheSeedsEvent(t *testing.T) {
 		SentAt           time.Time `json:"sent_at"`
 		Velocity         float64
 	}
-	if err := json.Unmarshal(eventBody("canal_000042", 41, sent), &ev); err != nil {
+	if err := json.Unmarshal(eventBody("canal_000042", eventType, 41, sent), &ev); err != nil {
 		t.Fatal(err)
 	}
 	if ev.ID != "canal_000042" || ev.Type != "video.trending" || ev.Region != "NL" || !ev.SentAt.Equal(sent) || ev.Velocity != 224.41 {
@@ -51,11 +51,13 @@ func TestState(t *testing.T) {
 		{partner.Progress{}, instance.SubscriberStats{Pending: 3, Breaker: "open", Dead: 2}, "breaker open · 2 dead letters"},
 		{partner.Progress{}, instance.SubscriberStats{Pending: 3, PausedUntil: &later}, "paused by Retry-After (1.50s left)"},
 		{partner.Progress{}, instance.SubscriberStats{Pending: 3, Tokens: 0.4}, "throttled at its cap"},
+		// At 10/s sluice keeps one token back: 1.5 pays for nothing.
+		{partner.Progress{}, instance.SubscriberStats{Pending: 3, Tokens: 1.5}, "throttled at its cap"},
 		{partner.Progress{}, instance.SubscriberStats{Pending: 3, Tokens: 7}, "sending"},
 		{partner.Progress{Mode: partner.Refusing}, instance.SubscriberStats{Pending: 3}, "partner down (refusing connections)"},
 	}
 	for _, tt := range tests {
-		if got := State(tt.pg, tt.st, 10, now); got != tt.want {
+		if got := State(tt.pg, tt.st, bucket.Rate{PerSecond: 10, Burst: 20}, 10, now); got != tt.want {
 			t.Errorf("State(%+v, %+v) = %q, want %q", tt.pg, tt.st, got, tt.want)
 		}
 	}
@@ -92,8 +94,9 @@ func TestCanalShort(t *testing.T) {
 	res, err := Canal(ctx, Options{
 		Sluice: bin, Events: 300, Timeout: 5 * time.Second, Specs: scaledCanal(),
 		ServeArgs: []string{"--retry-base", "50ms", "--retry-cap", "500ms", "--breaker-cooldown", "500ms"},
-		// A loaded test machine delays arrivals unevenly; allow for it.
-		Jitter: 250 * time.Millisecond, Seed: 7, Log: &log,
+		// The jitter the CLI allows too: at 10/s burst 20 a second may hold
+		// 30 arrivals, the strict burst + rate.
+		Seed: 7, Log: &log,
 	})
 	if err != nil {
 		t.Fatalf("canal: %v\n%s", err, log.String())

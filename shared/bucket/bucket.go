@@ -80,12 +80,12 @@ func Take(s State, r Rate, now time.Time, n float64) (State, bool) {
 // receiver answers 429 to the token it thinks came early.
 const SendMargin = 100 * time.Millisecond
 
-// reserve is how many tokens a sender leaves in its bucket so that its sends,
+// SendReserve is how many tokens a sender leaves in its bucket so that its sends,
 // delayed unevenly by up to SendMargin, still conform when they arrive: what
 // the rate refills in SendMargin, but never so much that less than one token
 // is left to spend. It costs the sender that many tokens of its first burst
 // and nothing of its sustained rate.
-func reserve(r Rate) float64 {
+func (r Rate) SendReserve() float64 {
 	if r.PerSecond <= 0 || r.Burst <= 1 {
 		return 0
 	}
@@ -98,7 +98,7 @@ func reserve(r Rate) float64 {
 // receiver, like the edge's Durable Object, uses Take.
 func TakeToSend(s State, r Rate, now time.Time, n float64) (State, bool) {
 	s = Refill(s, r, now)
-	if s.Tokens < n+reserve(r) {
+	if s.Tokens < n+r.SendReserve() {
 		return s, false
 	}
 	s.Tokens -= n
@@ -108,7 +108,7 @@ func TakeToSend(s State, r Rate, now time.Time, n float64) (State, bool) {
 // AvailableToSend is Available for a sender's bucket: the whole tokens above
 // the reserve.
 func AvailableToSend(s State, r Rate, now time.Time) int {
-	t, res := Refill(s, r, now).Tokens, reserve(r)
+	t, res := Refill(s, r, now).Tokens, r.SendReserve()
 	n := int(math.Floor(max(0, t-res)))
 	// Count with TakeToSend's comparison, tokens ≥ n + reserve, so the two
 	// never disagree by a rounding of t − reserve.
@@ -124,7 +124,7 @@ func AvailableToSend(s State, r Rate, now time.Time) int {
 // WaitToSend is Wait for a sender's bucket: how long until it holds one
 // whole token above the reserve.
 func WaitToSend(s State, r Rate, now time.Time) time.Duration {
-	return waitFor(s, r, now, 1+reserve(r))
+	return waitFor(s, r, now, 1+r.SendReserve())
 }
 
 // Available is the number of whole tokens s holds at now.

@@ -140,8 +140,8 @@ func TestTakeToSendKeepsAReserve(t *testing.T) {
 		{Rate{PerSecond: 1000, Burst: 2000}, 100}, // rate × SendMargin
 		{Rate{PerSecond: 0, Burst: 5}, 0},
 	} {
-		if got := reserve(c.r); got != c.want {
-			t.Errorf("reserve(%+v) = %v, want %v", c.r, got, c.want)
+		if got := c.r.SendReserve(); got != c.want {
+			t.Errorf("SendReserve(%+v) = %v, want %v", c.r, got, c.want)
 		}
 	}
 }
@@ -222,7 +222,7 @@ func TestAvailableToSendAgreesWithTakeToSend(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(3, 5))
 	for range 100_000 {
 		r := Rate{PerSecond: 1 + rnd.Float64()*100, Burst: 2 + float64(rnd.IntN(50))}
-		s := State{Tokens: 1 + reserve(r), Last: t0}
+		s := State{Tokens: 1 + r.SendReserve(), Last: t0}
 		_, ok := TakeToSend(s, r, t0, 1)
 		if n := AvailableToSend(s, r, t0); ok != (n >= 1) || WaitToSend(s, r, t0) != 0 {
 			t.Fatalf("%+v with %v tokens: TakeToSend %v, AvailableToSend %d, WaitToSend %v", r, s.Tokens, ok, n, WaitToSend(s, r, t0))

@@ -1,0 +1,56 @@
+//go:build edge
+
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/loadtest/instance"
+)
+
+// TestCanalThroughTheEdge runs canal --edge at a small scale: the Worker in
+// real workerd, milestone events through it, every partner subscribed to
+// both types. Nothing may be lost, no partner's rate exceeded summed over
+// both lanes, and some requests must have come through the Worker. It needs
+// Node and `npm ci`; `make edge-test` runs it.
+func TestCanalThroughTheEdge(t *testing.T) {
+	ctx := context.Background()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "sluice")
+	if err := instance.Build(ctx, root, bin); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	res, err := Canal(ctx, Options{
+		Sluice: bin, Events: 200, Timeout: 8 * time.Second, Specs: scaledCanal(), Edge: true, Root: root,
+		ServeArgs: []string{"--retry-base", "50ms", "--retry-cap", "500ms", "--breaker-cooldown", "500ms"},
+		Seed:      7, Log: &log,
+	})
+	if err != nil {
+		t.Fatalf("canal --edge: %v\n%s", err, log.String())
+	}
+	var table bytes.Buffer
+	res.Write(&table)
+	const expected = 200 + 50 // the burst and a quarter as many milestones
+	for _, r := range res.Rows {
+		if r.Expected != expected || r.Lost != 0 || r.Violation || r.BadSignatures != 0 {
+			t.Errorf("%s: expected %d (want %d), lost %d, window %d of %d, bad signatures %d",
+				r.Subscriber, r.Expected, expected, r.Lost, r.MaxWindow, r.Limit, r.BadSignatures)
+		}
+		if r.Role == "fast sink" && !strings.Contains(strings.Join(r.Notes, "\n"), "through the edge Worker") {
+			t.Errorf("%s: no request came through the Worker (notes %q)", r.Subscriber, r.Notes)
+		}
+	}
+	if !res.Pass {
+		t.Errorf("canal --edge failed: %v", res.Failures)
+	}
+	t.Logf("\n%s", table.String())
+}
