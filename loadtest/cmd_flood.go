@@ -38,8 +38,8 @@ func runFlood(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := flood.CheckLoopback(o.URL); err != nil {
 		return fmt.Errorf("%v: %w", err, errUsage)
 	}
-	if o.Duration > time.Hour || o.Workers > 4096 {
-		return fmt.Errorf("--duration is at most 1h and --workers at most 4096: %w", errUsage)
+	if o.Duration <= 0 || o.Duration > time.Hour || o.Workers < 1 || o.Workers > 4096 || o.MaxRequests < 1 || o.Timeout <= 0 {
+		return fmt.Errorf("--duration must be above 0 and at most 1h, --workers 1 to 4096, --requests and --timeout above 0: %w", errUsage)
 	}
 	if body != "" {
 		o.Body = []byte(body)
@@ -52,7 +52,15 @@ func runFlood(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		res.Requests, res.Accepted, res.Throttled, res.Rejected, res.Errors, report.Short(time.Duration(res.Elapsed)))
 	fmt.Fprintf(stdout, "achieved=%.1f rps (offered %.1f rps) latency p50=%s p99=%s statuses=%v\n",
 		res.Achieved, res.Offered, report.Short(time.Duration(res.P50)), report.Short(time.Duration(res.P99)), res.Statuses)
-	return writeJSON(jsonOut, res)
+	if err := writeJSON(jsonOut, res); err != nil {
+		return err
+	}
+	if res.Requests > 0 && res.Errors == res.Requests {
+		// Nothing answered at all: a wrong URL, not a finding about a limiter.
+		fmt.Fprintf(stderr, "flood: every request failed without an answer; is anything listening on %s?\n", o.URL)
+		return errFailed
+	}
+	return nil
 }
 
 // writeJSON writes v, indented, to path (nothing when path is empty).

@@ -27,17 +27,19 @@ func (c *commonFlags) register(fs interface {
 	DurationVar(*time.Duration, string, time.Duration, string)
 	Uint64Var(*uint64, string, uint64, string)
 	BoolVar(*bool, string, bool, string)
-}, events int, timeout time.Duration) {
-	fs.StringVar(&c.o.Sluice, "sluice", "", "the sluice binary (default: go build ./origin/cmd/sluice into a temp folder)")
+}, events int, timeout time.Duration, withSluice bool) {
+	if withSluice { // naive runs no sluice
+		fs.StringVar(&c.o.Sluice, "sluice", "", "the sluice binary (default: go build ./origin/cmd/sluice into a temp folder)")
+		fs.IntVar(&c.workers, "workers", 0, "sluice serve --workers (0: sluice's default)")
+		fs.StringVar(&c.sluiceLog, "sluice-log", "", "write sluice's own log (its stderr) to this file")
+	}
 	fs.IntVar(&c.o.Events, "events", events, "events in the burst")
 	fs.DurationVar(&c.o.Timeout, "timeout", timeout, "how long to wait for deliveries (bounded run)")
 	fs.StringVar(&c.jsonOut, "json", "", "also write the result as JSON to this file")
-	fs.IntVar(&c.workers, "workers", 0, "sluice serve --workers (0: sluice's default)")
 	fs.Uint64Var(&c.o.Seed, "seed", 1, "seed of the partners' faults")
 	fs.DurationVar(&c.o.Jitter, "jitter", 50*time.Millisecond, "arrival-time spread the rate check allows for")
 	fs.BoolVar(&c.live, "live", false, "show per-subscriber progress every second")
 	fs.BoolVar(&c.verbose, "v", false, "log the harness's steps to stderr")
-	fs.StringVar(&c.sluiceLog, "sluice-log", "", "write sluice's own log (its stderr) to this file")
 }
 
 func (c *commonFlags) apply(stdout, stderr io.Writer) error {
@@ -83,7 +85,7 @@ func runCanal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"both types, and follows the burst with a quarter as many video.view_milestone events: those go through\n"+
 		"the Worker, and each partner's rate still holds summed over both lanes.", stderr)
 	var c commonFlags
-	c.register(fs, 12000, 60*time.Second)
+	c.register(fs, 12000, 60*time.Second, true)
 	fs.BoolVar(&c.o.Edge, "edge", false, "also route video.view_milestone events through a local edge Worker (needs Node and `npm ci`)")
 	var withNaive bool
 	var naiveWorkers int
@@ -139,7 +141,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"deliveries in flight at the kills. sluice runs with --retry-base 250ms --retry-cap 5s\n"+
 		"--breaker-cooldown 3s so faults heal within the run.", stderr)
 	var c commonFlags
-	c.register(fs, 3000, 60*time.Second)
+	c.register(fs, 3000, 60*time.Second, true)
 	var co scenario.ChaosOptions
 	fs.DurationVar(&co.Duration, "duration", 30*time.Second, "the phase with events, kills and outages")
 	fs.IntVar(&co.Kills, "kills", 3, "kill -9 and restart sluice this many times")
@@ -175,7 +177,7 @@ func runNaive(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"and reports what it lost and how hard it hammered the 10/s partner. Its failures are the point: the\n"+
 		"exit status is 0 unless the harness itself fails.", stderr)
 	var c commonFlags
-	c.register(fs, 12000, 60*time.Second)
+	c.register(fs, 12000, 60*time.Second, false)
 	var workers int
 	fs.IntVar(&workers, "loops", 64, "naive loops running side by side")
 	if err := parse(fs, args); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"net"
 	"strings"
 	"testing"
 )
@@ -18,6 +19,10 @@ func TestRunUsage(t *testing.T) {
 		{"scenario", "flood"},
 		{"flood"},
 		{"flood", "--url", "http://192.0.2.1/hook"},
+		{"flood", "--url", "http://127.0.0.1:9/", "--duration", "-1s"},
+		{"flood", "--url", "http://127.0.0.1:9/", "--workers", "0"},
+		{"flood", "--url", "http://127.0.0.1:9/", "--requests", "0"},
+		{"naive", "--sluice", "bin/sluice"}, // naive runs no sluice
 		{"scenario", "canal", "--events", "0"},
 		{"partner", "--behaviour", "grumpy"},
 		{"scenario", "chaos", "--kills", "0"},
@@ -42,5 +47,22 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		if !errors.Is(err, flag.ErrHelp) || !strings.Contains(errOut.String(), "Usage: go run ./loadtest "+strings.Join(args[:len(args)-1], " ")) {
 			t.Errorf("run %q = %v, help:\n%s", args, err, errOut.String())
 		}
+	}
+}
+
+// A flood that no request survives says so and fails: a wrong URL is not a
+// finding about a limiter.
+func TestFloodWithNoAnswerFails(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String() + "/"
+	ln.Close() // nothing listens there now
+	var out, errOut bytes.Buffer
+	err = run(context.Background(), []string{"flood", "--url", url, "--duration", "200ms", "--workers", "2"}, &out, &errOut)
+	if !errors.Is(err, errFailed) || !strings.Contains(errOut.String(), "is anything listening") {
+		t.Errorf("flood of a closed port = %v\n%s%s", err, out.String(), errOut.String())
 	}
 }
