@@ -28,7 +28,7 @@ test-deps: ## npm ci when needed; chromium and buildah when missing (Debian, as 
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags chromium ./origin/statuspage/
-	$(GO) vet -tags edge ./edge/
+	$(GO) vet -tags edge ./edge/ ./loadtest/scenario/
 	GOOS=js GOARCH=wasm $(GO) vet ./edge/... ./shared/...
 
 fmt-check:

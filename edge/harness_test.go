@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -54,7 +55,7 @@ func run(m *testing.M) (int, error) {
 	if err := localedge.Check(root); err != nil {
 		return 0, fmt.Errorf("%w (or run `make edge-test`)", err)
 	}
-	if err := localedge.Build(root); err != nil {
+	if err := localedge.Build(context.Background(), root); err != nil {
 		return 0, err
 	}
 	dir, err := os.MkdirTemp("", "sluice-edge-test-")
@@ -77,7 +78,7 @@ func run(m *testing.M) (int, error) {
 // storage persisted in persistDir (in memory when it is ""), and waits until
 // it answers.
 func startEdge(persistDir string) (*localedge.Worker, error) {
-	return localedge.Start(localedge.Options{Root: repoRoot, Secret: edgeSecret, Persist: persistDir})
+	return localedge.Start(context.Background(), localedge.Options{Root: repoRoot, Secret: edgeSecret, Persist: persistDir})
 }
 
 // waitForLog waits until the Worker's output contains s.

@@ -57,7 +57,7 @@ func runFlood(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if res.Requests > 0 && res.Errors == res.Requests {
 		// Nothing answered at all: a wrong URL, not a finding about a limiter.
-		fmt.Fprintf(stderr, "flood: every request failed without an answer; is anything listening on %s?\n", o.URL)
+		fmt.Fprintf(stderr, "flood: no request got an answer (refused, reset or timed out); is %s the right URL?\n", o.URL)
 		return errFailed
 	}
 	return nil

@@ -23,6 +23,7 @@ func TestRunUsage(t *testing.T) {
 		{"flood", "--url", "http://127.0.0.1:9/", "--workers", "0"},
 		{"flood", "--url", "http://127.0.0.1:9/", "--requests", "0"},
 		{"naive", "--sluice", "bin/sluice"}, // naive runs no sluice
+		{"scenario", "canal", "--edge", "--naive"},
 		{"scenario", "canal", "--events", "0"},
 		{"partner", "--behaviour", "grumpy"},
 		{"scenario", "chaos", "--kills", "0"},
@@ -62,7 +63,7 @@ func TestFloodWithNoAnswerFails(t *testing.T) {
 	ln.Close() // nothing listens there now
 	var out, errOut bytes.Buffer
 	err = run(context.Background(), []string{"flood", "--url", url, "--duration", "200ms", "--workers", "2"}, &out, &errOut)
-	if !errors.Is(err, errFailed) || !strings.Contains(errOut.String(), "is anything listening") {
+	if !errors.Is(err, errFailed) || !strings.Contains(errOut.String(), "no request got an answer") {
 		t.Errorf("flood of a closed port = %v\n%s%s", err, out.String(), errOut.String())
 	}
 }

@@ -6,6 +6,7 @@ package localedge
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,8 +35,8 @@ func Check(root string) error {
 
 // Build builds the Worker into build/edge with `make edge`, so what runs is
 // never a stale app.wasm.
-func Build(root string) error {
-	cmd := exec.Command("make", "-s", "edge")
+func Build(ctx context.Context, root string) error {
+	cmd := exec.CommandContext(ctx, "make", "-s", "edge")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("make edge: %v\n%s", err, out)
@@ -63,8 +64,9 @@ type Worker struct {
 // readyTimeout bounds how long Start waits for the Worker to answer.
 const readyTimeout = 60 * time.Second
 
-// Start serves the built Worker and waits until it answers.
-func Start(o Options) (*Worker, error) {
+// Start serves the built Worker and waits until it answers, or until ctx
+// ends (then it stops it).
+func Start(ctx context.Context, o Options) (*Worker, error) {
 	cfgHome, err := os.MkdirTemp("", "sluice-edge-xdg-")
 	if err != nil {
 		return nil, err
@@ -106,6 +108,8 @@ func Start(o Options) (*Worker, error) {
 				}
 			}
 		}
+		// A line too long for the scanner must not block Miniflare's writes.
+		_, _ = io.Copy(io.Discard, pr)
 	}()
 	go func() {
 		_ = cmd.Wait()
@@ -122,6 +126,10 @@ func Start(o Options) (*Worker, error) {
 		w.Kill()
 		<-w.done
 		return nil, fmt.Errorf("Miniflare not ready after %s:\n%s", readyTimeout, w.Output())
+	case <-ctx.Done():
+		w.Kill()
+		<-w.done
+		return nil, ctx.Err()
 	}
 }
 

@@ -74,12 +74,13 @@ func (r *Result) Write(w io.Writer) error {
 // the dead letters. The 10/s partner needs 20 minutes for 12,000 events, so
 // a bounded run reports its progress: an event counts as lost only when it
 // is neither delivered, nor pending or in flight in sluice, nor dead. With
-// Edge, a quarter as many video.view_milestone events follow the burst,
-// through a local edge Worker, and every subscriber receives both types.
+// Edge, the burst also carries a video.view_milestone event after every
+// four video.trending ones, through a local edge Worker, and every
+// subscriber receives both types, so both lanes run at once.
 func Canal(ctx context.Context, o Options) (*Result, error) {
 	o.defaults(12000, 60*time.Second, CanalSpecs)
 	if o.Edge {
-		w, args, err := startWorker(o.Root, o.Log)
+		w, args, err := startWorker(ctx, o.Root, o.Log)
 		if err != nil {
 			return nil, fmt.Errorf("the edge Worker: %w", err)
 		}
@@ -92,22 +93,18 @@ func Canal(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer e.close()
 
-	ids := eventIDs("canal", o.Events)
-	var milestones []string
+	expected := eventIDs("canal", o.Events)
+	milestones := 0
 	if o.Edge {
-		milestones = eventIDs("milestone", max(1, o.Events/4))
+		expected, milestones = withMilestones(expected)
 	}
 	start := o.Now()
-	fmt.Fprintf(o.Log, "firing %d events\n", len(ids)+len(milestones))
-	if err := e.fire(ctx, ids, eventType, 0, false); err != nil {
-		return nil, fmt.Errorf("%w\nsluice log:\n%s", err, e.sluiceTail())
-	}
-	if err := e.fire(ctx, milestones, milestoneType, len(ids), false); err != nil {
+	fmt.Fprintf(o.Log, "firing %d events\n", len(expected))
+	if err := e.fire(ctx, expected, 0, false); err != nil {
 		return nil, fmt.Errorf("%w\nsluice log:\n%s", err, e.sluiceTail())
 	}
 	fired := o.Now().Sub(start)
-	expected := append(slices.Clone(ids), milestones...)
-	lv := &live{w: o.Live, tty: o.LiveTTY}
+	lv := &live{w: o.Live, tty: o.LiveTTY, edge: o.Edge}
 	if _, err := e.waitSettled(ctx, start, start.Add(o.Timeout), len(expected), true, lv); err != nil {
 		return nil, err
 	}
@@ -122,9 +119,27 @@ func Canal(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.judge()
 	if o.Edge {
-		res.judgeEdge(e.partners, len(milestones))
+		res.judgeEdge(e.partners, milestones)
 	}
 	return res, nil
+}
+
+// withMilestones puts a milestone event after every four of ids, and returns
+// the mixed list and how many milestones it holds.
+func withMilestones(ids []string) ([]string, int) {
+	n := max(1, len(ids)/4)
+	milestones := eventIDs(milestonePrefix, n)
+	out := make([]string, 0, len(ids)+n)
+	for i, id := range ids {
+		out = append(out, id)
+		if (i+1)%4 == 0 && (i+1)/4 <= n {
+			out = append(out, milestones[(i+1)/4-1])
+		}
+	}
+	if len(ids) < 4 {
+		out = append(out, milestones[0])
+	}
+	return out, n
 }
 
 // judgeEdge notes how much came through the edge Worker, and fails a run

@@ -154,7 +154,7 @@ func (e *env) fireSpread(ctx context.Context, ids []string, start time.Time, spr
 			return err
 		}
 		lo, hi := i*chunk, min((i+1)*chunk, len(ids))
-		if err := e.fire(ctx, ids[lo:hi], eventType, lo, true); err != nil {
+		if err := e.fire(ctx, ids[lo:hi], lo, true); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"context"
 	"crypto/rand"
 	"fmt"
 	"io"
@@ -12,19 +13,19 @@ import (
 // startWorker builds the edge Worker of the module at root and serves it in
 // workerd on 127.0.0.1, with a fresh origin↔edge secret, and returns the
 // serve flags that send milestoneType events through it.
-func startWorker(root string, log io.Writer) (*localedge.Worker, []string, error) {
+func startWorker(ctx context.Context, root string, log io.Writer) (*localedge.Worker, []string, error) {
 	if err := localedge.Check(root); err != nil {
 		return nil, nil, err
 	}
 	fmt.Fprintln(log, "building the edge Worker (make edge)")
-	if err := localedge.Build(root); err != nil {
+	if err := localedge.Build(ctx, root); err != nil {
 		return nil, nil, err
 	}
 	secret, err := signature.NewSecret(rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := localedge.Start(localedge.Options{Root: root, Secret: secret})
+	w, err := localedge.Start(ctx, localedge.Options{Root: root, Secret: secret})
 	if err != nil {
 		return nil, nil, err
 	}

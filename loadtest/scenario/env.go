@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -243,6 +244,18 @@ func (o *Options) eventTypes() []string {
 	return []string{eventType}
 }
 
+// milestonePrefix begins the ids of milestoneType events.
+const milestonePrefix = "milestone"
+
+// typeOf is the type of the event with this id: milestone ids are
+// milestoneType, every other one the seed's eventType.
+func typeOf(id string) string {
+	if strings.HasPrefix(id, milestonePrefix+"_") {
+		return milestoneType
+	}
+	return eventType
+}
+
 // eventIDs are the ids of a run's n events.
 func eventIDs(prefix string, n int) []string {
 	ids := make([]string, n)
@@ -252,29 +265,28 @@ func eventIDs(prefix string, n int) []string {
 	return ids
 }
 
-// eventBody is an event of type typ shaped like the seed's video.trending,
-// with the time it was handed to sluice in sent_at, so receivers can time
-// the delivery.
-func eventBody(id, typ string, i int, sentAt time.Time) json.RawMessage {
+// eventBody is an event shaped like the seed's video.trending, of the type
+// its id says (typeOf), with the time it was handed to sluice in sent_at, so
+// receivers can time the delivery.
+func eventBody(id string, i int, sentAt time.Time) json.RawMessage {
 	return json.RawMessage(fmt.Sprintf(
 		`{"id":%q,"type":%q,"video_id":"vv_9f31c2","region":"NL","velocity":%.2f,"occurred_at":"2026-07-11T08:14:02Z","sent_at":%q}`,
-		id, typ, 224+float64(i%1000)/100, sentAt.UTC().Format(time.RFC3339Nano)))
+		id, typeOf(id), 224+float64(i%1000)/100, sentAt.UTC().Format(time.RFC3339Nano)))
 }
 
 const batchSize = 1000
 
-// fire posts ids as events of type typ to sluice in batches of up to 1,000,
-// one after the other, stamping each batch when it is built. retry makes a
-// failed batch be sent again (same ids: sluice answers duplicates) until it
-// is taken or ctx ends.
-func (e *env) fire(ctx context.Context, ids []string, typ string, offset int, retry bool) error {
+// fire posts ids to sluice in batches of up to 1,000, one after the other,
+// stamping each batch when it is built. retry makes a failed batch be sent
+// again (same ids: sluice answers duplicates) until it is taken or ctx ends.
+func (e *env) fire(ctx context.Context, ids []string, offset int, retry bool) error {
 	for lo := 0; lo < len(ids); lo += batchSize {
 		hi := min(lo+batchSize, len(ids))
 		for try := 0; ; try++ {
 			now := e.o.Now()
 			batch := make([]json.RawMessage, 0, hi-lo)
 			for i := lo; i < hi; i++ {
-				batch = append(batch, eventBody(ids[i], typ, offset+i, now))
+				batch = append(batch, eventBody(ids[i], offset+i, now))
 			}
 			_, err := e.api().SendBatch(ctx, batch)
 			if err == nil {

@@ -18,7 +18,13 @@ type live struct {
 	w     io.Writer // nil: no view
 	tty   bool
 	drawn int // lines drawn last time (tty)
+	// edge: the subscribers receive both lanes' types, so sluice's stats
+	// show the tokens of the origin lane's share of each rate.
+	edge bool
 }
+
+// edgeShare is sluice's default rate.edge_share, which the harness keeps.
+const edgeShare = 0.5
 
 func (l *live) draw(now, start time.Time, specs []Spec, ps []*partner.Partner, st instance.Stats, expected int) {
 	if l == nil || l.w == nil {
@@ -33,9 +39,13 @@ func (l *live) draw(now, start time.Time, specs []Spec, ps []*partner.Partner, s
 	for i, s := range specs {
 		pg := ps[i].Progress(now)
 		adv := ps[i].Config().Advertised
+		origin := adv
+		if l.edge {
+			origin = adv.Scale(1 - edgeShare)
+		}
 		lines = append(lines, fmt.Sprintf("  %-13s %6d/%-6d %s %5d/s of %-6s %s",
 			s.ID, pg.Delivered, expected, bar(pg.Delivered, expected, 20), pg.LastSecond,
-			fmt.Sprintf("%g/s", adv.PerSecond), State(pg, st.Of(s.ID), adv, expected, now)))
+			fmt.Sprintf("%g/s", adv.PerSecond), State(pg, st.Of(s.ID), origin, expected, now)))
 	}
 	for _, line := range lines {
 		if l.tty {
@@ -61,8 +71,8 @@ func bar(n, of, width int) string {
 
 // State says in a few words why a subscriber is where it is: drained,
 // banned by its partner, breaker open, paused by Retry-After, partner down,
-// throttled at its cap (its bucket, at rate, has no token above the reserve
-// a sender keeps), or sending; with its dead letters.
+// throttled at its cap (its origin bucket, at rate, has no token above the
+// reserve a sender keeps), or sending; with its dead letters.
 func State(pg partner.Progress, s instance.SubscriberStats, rate bucket.Rate, expected int, now time.Time) string {
 	var st string
 	switch {

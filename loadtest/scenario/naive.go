@@ -27,7 +27,7 @@ func Naive(ctx context.Context, o Options, workers int) (*Result, error) {
 	start := o.Now()
 	events := make([]naive.Event, len(ids))
 	for i, id := range ids {
-		events[i] = naive.Event{ID: id, Body: eventBody(id, eventType, i, start)}
+		events[i] = naive.Event{ID: id, Body: eventBody(id, i, start)}
 	}
 	targets := make([]naive.Target, len(o.Specs))
 	for i, s := range o.Specs {

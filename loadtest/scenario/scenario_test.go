@@ -26,7 +26,7 @@ func TestEventBodyIsTheSeedsEvent(t *testing.T) {
 		SentAt           time.Time `json:"sent_at"`
 		Velocity         float64
 	}
-	if err := json.Unmarshal(eventBody("canal_000042", eventType, 41, sent), &ev); err != nil {
+	if err := json.Unmarshal(eventBody("canal_000042", 41, sent), &ev); err != nil {
 		t.Fatal(err)
 	}
 	if ev.ID != "canal_000042" || ev.Type != "video.trending" || ev.Region != "NL" || !ev.SentAt.Equal(sent) || ev.Velocity != 224.41 {
@@ -189,5 +189,21 @@ func TestAccountFindsWhatSluiceDropped(t *testing.T) {
 	}
 	if got.DeadLetters != 1 || got.Failed() != "1 lost" {
 		t.Errorf("dead letters %d, failed %q; want 1, \"1 lost\"", got.DeadLetters, got.Failed())
+	}
+}
+
+func TestMilestonesRideInTheBurst(t *testing.T) {
+	t.Parallel()
+	got, n := withMilestones(eventIDs("canal", 10))
+	want := "canal_000001 canal_000002 canal_000003 canal_000004 milestone_000001 canal_000005 canal_000006 " +
+		"canal_000007 canal_000008 milestone_000002 canal_000009 canal_000010"
+	if strings.Join(got, " ") != want || n != 2 {
+		t.Errorf("withMilestones = %v, %d; want %s, 2", got, n, want)
+	}
+	if got, n := withMilestones(eventIDs("canal", 2)); len(got) != 3 || n != 1 || got[2] != "milestone_000001" {
+		t.Errorf("withMilestones of 2 = %v, %d; want one milestone after them", got, n)
+	}
+	if typeOf("milestone_000001") != milestoneType || typeOf("canal_000001") != eventType {
+		t.Errorf("typeOf mixes up the types")
 	}
 }
