@@ -13,6 +13,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -650,12 +651,12 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			if limit, _ := d.limitLocked(s, now); s.inflight >= limit {
 				continue
 			}
-			c := s.queue[0]
-			lane := d.laneLocked(s, &c, now)
-			if !d.takeLocked(s, lane, now) {
-				continue // this lane's token is not there yet; plan wakes the loop for it
+			i, lane, ok := d.nextLocked(s, now)
+			if !ok {
+				continue // no queued delivery's lane has a token yet; plan wakes the loop for it
 			}
-			s.queue = s.queue[1:]
+			c := s.queue[i]
+			s.queue = slices.Delete(s.queue, i, i+1)
 			s.inflight++
 			d.free--
 			d.unrecorded++

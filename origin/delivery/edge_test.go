@@ -215,3 +215,25 @@ func TestAFailingWorkerIsNeverChargedAndTheOriginTakesOver(t *testing.T) {
 		t.Fatalf("breaker %s after lane failures, want closed", st)
 	}
 }
+
+// A subscriber of both lanes has half its rate at each: a backlog of one
+// lane's type must not hold the other lane's half idle. Five trending
+// events need 4 s at the origin lane's 1/s; the milestone behind them goes
+// at once through the edge lane's own token.
+func TestOneLanesBacklogDoesNotHoldTheOtherLane(t *testing.T) {
+	t.Parallel()
+	w, _ := startWorker(t)
+	b := setup(t, false, withEdge(w.URL, "video.view_milestone"))
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("both", rc.URL, func(s *ledger.Subscriber) { s.Rate = ledger.Rate{PerSecond: 2, Burst: 2, EdgeShare: 0.5} })
+	b.send("t", "video.trending", 5)
+	b.send("m", "video.view_milestone", 1)
+	start := time.Now()
+	d := waitSent(t, b, "m-0")[0]
+	if took := time.Since(start); took > 2*time.Second || d.History[0].Lane != ledger.LaneEdge {
+		t.Fatalf("the milestone went by %s after %v, want the edge lane within 2 s", d.History[0].Lane, took)
+	}
+	if last := deliveryOf(t, b, "t-4"); last.Status == ledger.StatusSent {
+		t.Fatalf("the last trending event was sent before the milestone; the lanes did not run side by side")
+	}
+}

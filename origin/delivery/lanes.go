@@ -111,19 +111,62 @@ func (d *Dispatcher) tokensLocked(s *sub, now time.Time) (int, time.Duration) {
 	if edgeUp {
 		add(bucket.Available(s.edgeBucket, s.edgeRate, now), bucket.Wait(s.edgeBucket, s.edgeRate, now))
 	}
+	if n > 0 && d.twoLanesLocked(s, now) {
+		// Claims come in the ledger's order: look a little further, so a
+		// lane with a token finds its deliveries behind the other lane's.
+		n += laneLookahead
+	}
 	return n - len(s.queue) - s.admitted, wait
 }
 
-// headWaitLocked is how long until the first queued delivery's lane has a
-// token (0 when it has one or the queue is empty).
+// laneLookahead is how many deliveries a subscriber of both lanes may claim
+// beyond its tokens, while it has one, to find the other lane's work.
+const laneLookahead = 16
+
+// nextLocked spends a token for the queued delivery to start next and
+// returns its index and lane: the first in the queue, or, when its lane has
+// no token, the first of the other lane's, so one lane's backlog never holds
+// the other lane's share of the rate idle. ok is false when neither can go.
+func (d *Dispatcher) nextLocked(s *sub, now time.Time) (int, ledger.Lane, bool) {
+	head := d.laneLocked(s, &s.queue[0], now)
+	if d.takeLocked(s, head, now) {
+		return 0, head, true
+	}
+	for i := 1; i < len(s.queue) && d.twoLanesLocked(s, now); i++ {
+		if lane := d.laneLocked(s, &s.queue[i], now); lane != head {
+			return i, lane, d.takeLocked(s, lane, now)
+		}
+	}
+	return 0, head, false
+}
+
+// twoLanesLocked reports whether the subscriber's queue can hold deliveries
+// of both lanes now.
+func (d *Dispatcher) twoLanesLocked(s *sub, now time.Time) bool {
+	return d.cfg.Edge != nil && s.usesEdge && s.usesOrigin && !d.edge.downUntil.After(now)
+}
+
+// headWaitLocked is how long until a queued delivery's lane has a token (0
+// when one has, or the queue is empty): the sooner of the two lanes' waits
+// when the queue holds both.
 func (d *Dispatcher) headWaitLocked(s *sub, now time.Time) time.Duration {
 	if len(s.queue) == 0 {
 		return 0
 	}
-	if d.laneLocked(s, &s.queue[0], now) == ledger.LaneEdge {
-		return bucket.Wait(s.edgeBucket, s.edgeRate, now)
+	wait := func(lane ledger.Lane) time.Duration {
+		if lane == ledger.LaneEdge {
+			return bucket.Wait(s.edgeBucket, s.edgeRate, now)
+		}
+		return bucket.WaitToSend(s.bucket, s.originRate, now)
 	}
-	return bucket.WaitToSend(s.bucket, s.originRate, now)
+	head := d.laneLocked(s, &s.queue[0], now)
+	w := wait(head)
+	for i := 1; i < len(s.queue) && w > 0 && d.twoLanesLocked(s, now); i++ {
+		if lane := d.laneLocked(s, &s.queue[i], now); lane != head {
+			return min(w, wait(lane))
+		}
+	}
+	return w
 }
 
 // viaEdge makes one attempt through the edge Worker.
