@@ -32,14 +32,11 @@ func (d *Dispatcher) attempt(ctx context.Context, s ledger.Subscriber, signer *s
 	defer d.running.Done()
 	start := d.cfg.Clock.Now()
 	r := d.post(ctx, s, signer, c, start)
+	end := d.cfg.Clock.Now()
 	if r.err != nil && ctx.Err() != nil {
-		// Shutdown abandoned the attempt: its outcome is unknown, so nothing
-		// is charged; the row stays inflight and is retried after restart.
-		d.abandon(s.ID)
-		d.unsettled.Add(-1)
+		d.abandoned(s.ID, c, ledger.LaneOrigin, start, end)
 		return
 	}
-	end := d.cfg.Clock.Now()
 	a := &ledger.Attempt{
 		Number:     c.Attempts + 1,
 		At:         start,
@@ -145,15 +142,21 @@ func (d *Dispatcher) outcomeLocked(subID string, c ledger.Claimed, a *ledger.Att
 	return res
 }
 
-// abandon frees the slots of an attempt abandoned at shutdown.
-func (d *Dispatcher) abandon(subID string) {
+// abandoned frees the slots of an attempt shutdown cut off after the drain
+// timeout and records it: its outcome is unknown, so the history keeps it
+// but it spends nothing and counts as no failure (the breaker does not see
+// it), and the delivery is sent again after the next start.
+func (d *Dispatcher) abandoned(subID string, c ledger.Claimed, lane ledger.Lane, start, end time.Time) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.free++
-	d.unrecorded--
 	if s, ok := d.subs[subID]; ok {
 		s.inflight--
 	}
+	d.mu.Unlock()
+	a := &ledger.Attempt{Number: c.Attempts + 1, At: start, Lane: lane, DurationMS: end.Sub(start).Milliseconds(),
+		Error: "abandoned at shutdown after the drain timeout; outcome unknown"}
+	d.finish([]ledger.Result{{Seq: c.Seq, SubscriberID: subID, Attempt: a, Unknown: true,
+		Status: ledger.StatusPending, NextAttemptAt: end}})
 }
 
 // describe names a transport failure without the URL (which may carry a

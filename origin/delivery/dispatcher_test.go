@@ -548,7 +548,7 @@ func TestRotatedSecretStopsSigningWhenItsGraceEnds(t *testing.T) {
 
 // At the default level the log holds a line per failed attempt, none per
 // success, and a warning naming what a drain that timed out abandoned.
-func TestLogsFailuresAndWhatADrainAbandons(t *testing.T) {
+func TestLogsFailuresAndRecordsWhatADrainAbandons(t *testing.T) {
 	t.Parallel()
 	// An *os.File takes writes from many goroutines and reads between them.
 	logs, err := os.Create(filepath.Join(t.TempDir(), "log"))
@@ -567,13 +567,20 @@ func TestLogsFailuresAndWhatADrainAbandons(t *testing.T) {
 	release := make(chan struct{})
 	ok := newReceiver(t, b.clock, nil)
 	bad := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) { return http.StatusInternalServerError, nil })
-	stuck := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
-		<-release
+	stuck := newReceiver(t, b.clock, func(_ *http.Request, n int) (int, http.Header) {
+		switch n {
+		case 1:
+			<-release // outlasts the drain
+		case 2:
+			return http.StatusInternalServerError, nil // after the restart, one failure
+		}
 		return http.StatusOK, nil
 	})
 	b.subscriber("ok", ok.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"ok"} })
 	b.subscriber("bad", bad.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"bad"} })
-	b.subscriber("stuck", stuck.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"stuck"} })
+	// Two attempts in all: the abandoned one must not spend one, or the
+	// failure after the restart would be the last.
+	b.subscriber("stuck", stuck.URL, func(s *ledger.Subscriber) { s.EventTypes, s.MaxAttempts = []string{"stuck"}, 2 })
 	b.send("o", "ok", 3)
 	b.send("b", "bad", 1)
 	b.send("s", "stuck", 1)
@@ -594,6 +601,17 @@ func TestLogsFailuresAndWhatADrainAbandons(t *testing.T) {
 	}
 	if !strings.Contains(out, "msg=\"drain timeout") || !strings.Contains(out, "attempts=1") {
 		t.Errorf("no drain warning naming the one abandoned attempt:\n%s", out)
+	}
+	// The history keeps the abandoned attempt, which spent nothing: after
+	// the restart a failure and a success fit in the budget of two.
+	var d ledger.Delivery
+	waitFor(t, 10*time.Second, "the abandoned delivery settled after the restart", func() bool {
+		d = deliveryOf(t, b, "s-0")
+		return d.Status == ledger.StatusSent || d.Status == ledger.StatusDead
+	})
+	if d.Status != ledger.StatusSent || len(d.History) != 3 || !strings.Contains(d.History[0].Error, "abandoned at shutdown") ||
+		d.History[1].StatusCode != http.StatusInternalServerError || d.History[2].Number != 3 || d.History[2].StatusCode != http.StatusOK {
+		t.Errorf("%s with history %+v, want sent after the abandoned attempt, a 500 and a 200", d.Status, d.History)
 	}
 }
 

@@ -183,12 +183,11 @@ func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *s
 		DeliveryID: c.ID(), SubscriberID: s.ID, URL: s.URL, Headers: headers, Body: string(c.Body),
 		Rate: rate, TimeoutMS: int64(s.TimeoutMS),
 	})
+	end := d.cfg.Clock.Now()
 	if err != nil && ctx.Err() != nil {
-		d.abandon(s.ID)
-		d.unsettled.Add(-1)
+		d.abandoned(s.ID, c, ledger.LaneEdge, start, end)
 		return
 	}
-	end := d.cfg.Clock.Now()
 	switch {
 	case err != nil:
 		// The lane failed, not the subscriber: nothing is charged, and the

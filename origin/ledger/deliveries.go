@@ -124,8 +124,13 @@ type Result struct {
 	// Attempt is nil for a deferral (the edge lane had no token) or a
 	// release (claimed but never sent): the delivery goes back to pending
 	// at NextAttemptAt without spending an attempt.
-	Attempt       *Attempt
-	Released      bool   // a release rather than a deferral: nothing is counted
+	Attempt  *Attempt
+	Released bool // a release rather than a deferral: nothing is counted
+	// Unknown marks an attempt whose outcome is not known (shutdown cut it
+	// off): it is kept in the history, but it spends no attempt of the
+	// budget and is not a failure in the stats; the delivery goes back to
+	// pending at NextAttemptAt.
+	Unknown       bool
 	Status        Status // sent, pending (retry) or dead
 	NextAttemptAt time.Time
 	EnqueuedAt    time.Time // when the delivery was created, for the stats window's latency
@@ -152,12 +157,14 @@ func (l *Ledger) Record(ctx context.Context, results []Result, states []Subscrib
 			if a == nil {
 				continue
 			}
-			e := windowEntry{subscriber: r.SubscriberID, attempt: true,
-				success: a.Error == "" && a.StatusCode >= 200 && a.StatusCode < 300}
-			if r.Status == StatusSent && !r.EnqueuedAt.IsZero() {
-				e.delivered, e.latency = true, w.now.Sub(r.EnqueuedAt)
+			if !r.Unknown {
+				e := windowEntry{subscriber: r.SubscriberID, attempt: true,
+					success: a.Error == "" && a.StatusCode >= 200 && a.StatusCode < 300}
+				if r.Status == StatusSent && !r.EnqueuedAt.IsZero() {
+					e.delivered, e.latency = true, w.now.Sub(r.EnqueuedAt)
+				}
+				entries = append(entries, e)
 			}
-			entries = append(entries, e)
 			var ra any
 			if a.RetryAfterMS != nil {
 				ra = *a.RetryAfterMS
@@ -175,6 +182,8 @@ func (l *Ledger) Record(ctx context.Context, results []Result, states []Subscrib
 				_, err = w.s.release.ExecContext(ctx, ms(r.NextAttemptAt), now, r.Seq)
 			case r.Attempt == nil:
 				_, err = w.s.defer_.ExecContext(ctx, ms(r.NextAttemptAt), now, r.Seq)
+			case r.Unknown:
+				_, err = w.s.unknown.ExecContext(ctx, ms(r.NextAttemptAt), now, r.Attempt.summary(), r.Seq)
 			case r.Status == StatusSent:
 				sent = append(sent, r.Seq)
 				sentBy[r.SubscriberID]++

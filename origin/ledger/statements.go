@@ -16,6 +16,7 @@ type statements struct {
 	markDead     *sql.Stmt
 	defer_       *sql.Stmt
 	release      *sql.Stmt
+	unknown      *sql.Stmt
 	saveState    *sql.Stmt
 	countByEvent *sql.Stmt
 	begin        *sql.Stmt
@@ -53,6 +54,10 @@ func (s *statements) prepare(ctx context.Context, c *sql.Conn) error {
 		updated_at = ?2, lease_until = NULL WHERE seq = ?3 AND status = 'inflight'`)
 	s.release = p(`UPDATE deliveries SET status = 'pending', next_attempt_at = ?1, updated_at = ?2, lease_until = NULL
 		WHERE seq = ?3 AND status = 'inflight'`)
+	// An attempt with no known outcome counts in attempts (the history
+	// numbers it) and moves budget_from with it, so it spends nothing.
+	s.unknown = p(`UPDATE deliveries SET status = 'pending', attempts = attempts + 1, budget_from = budget_from + 1,
+		next_attempt_at = ?1, updated_at = ?2, lease_until = NULL, last_error = ?3 WHERE seq = ?4 AND status = 'inflight'`)
 	s.saveState = p(`UPDATE subscribers SET paused_until = ?1, breaker_state = ?2, breaker_failures = ?3,
 		breaker_opened_at = ?4 WHERE id = ?5`)
 	s.countByEvent = p(`SELECT count(*) FROM deliveries WHERE event_seq = (SELECT seq FROM events WHERE id = ?1)`)
