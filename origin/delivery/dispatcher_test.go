@@ -123,7 +123,9 @@ func TestAThrottledBacklogCostsNoWritesWhileItWaits(t *testing.T) {
 	}
 }
 
-func TestBucketStartsEmptyAfterARestart(t *testing.T) {
+// A clean stop saves the buckets and the next start continues from them; a
+// crash saves nothing, and the next start finds every bucket empty.
+func TestBucketContinuesAfterAStopAndStartsEmptyAfterACrash(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true)
 	rc := newReceiver(t, b.clock, nil)
@@ -135,19 +137,32 @@ func TestBucketStartsEmptyAfterARestart(t *testing.T) {
 		t.Fatalf("first process delivered %d, want 4 of the burst of 5", n)
 	}
 	b.stop()
-	b.start() // a new dispatcher at the same instant must find the bucket spent
+	b.start() // at the same instant: the bucket holds the 1.0 token it was left with
 	b.settle()
-	if n := rc.count(); n != 4 {
-		t.Fatalf("after restart %d delivered with no time passing, want still 4", n)
+	if saved, err := b.l.Setting(context.Background(), bucketsKey); err != nil || saved != "" {
+		t.Fatalf("the start left the saved buckets (%q, %v): a crash now would reuse them", saved, err)
 	}
-	// From empty, one token above the reserve takes 1.1 s.
-	b.step(time.Second, 10*time.Millisecond)
 	if n := rc.count(); n != 4 {
-		t.Fatalf("one second after restart %d delivered, want still 4", n)
+		t.Fatalf("after a clean restart %d delivered with no time passing, want still 4", n)
+	}
+	b.step(200*time.Millisecond, 10*time.Millisecond) // 1.2 tokens: one above the reserve
+	if n := rc.count(); n != 5 {
+		t.Fatalf("200 ms after a clean restart %d delivered, want 5", n)
+	}
+
+	// A crash: the process saves nothing (the start took what was saved).
+	b.stop()
+	if _, err := b.l.TakeSetting(context.Background(), bucketsKey); err != nil {
+		t.Fatal(err)
+	}
+	b.start()
+	b.step(time.Second, 10*time.Millisecond) // from empty, 1.1 s to a token above the reserve
+	if n := rc.count(); n != 5 {
+		t.Fatalf("one second after a crash %d delivered, want still 5", n)
 	}
 	b.step(200*time.Millisecond, 10*time.Millisecond)
-	if n := rc.count(); n != 5 {
-		t.Fatalf("1.2 s after restart %d delivered, want 5", n)
+	if n := rc.count(); n != 6 {
+		t.Fatalf("1.2 s after a crash %d delivered, want 6", n)
 	}
 }
 

@@ -272,3 +272,18 @@ func TestCheckpointerCopiesTheWALBack(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TakeSetting reads a setting once: it is gone after.
+func TestTakeSettingReadsOnce(t *testing.T) {
+	t.Parallel()
+	l, _, _ := open(t)
+	ctx := context.Background()
+	if err := l.SetSetting(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"v", ""} {
+		if got, err := l.TakeSetting(ctx, "k"); err != nil || got != want {
+			t.Errorf("take %d = %q, %v; want %q", i+1, got, err, want)
+		}
+	}
+}

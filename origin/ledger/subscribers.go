@@ -247,6 +247,20 @@ func (l *Ledger) SetSetting(ctx context.Context, key, value string) error {
 	})
 }
 
+// TakeSetting returns a setting and removes it, in one write: what it held
+// is read once.
+func (l *Ledger) TakeSetting(ctx context.Context, key string) (string, error) {
+	var v string
+	err := l.write(ctx, func(ctx context.Context, w *writer) error {
+		err := w.conn.QueryRowContext(ctx, `DELETE FROM settings WHERE key = ? RETURNING value`, key).Scan(&v)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	return v, err
+}
+
 // loadPatterns fills the write loop's view of who receives which types.
 func (l *Ledger) loadPatterns(ctx context.Context) error {
 	rows, err := l.wconn.QueryContext(ctx, `SELECT id, event_types FROM subscribers`)
