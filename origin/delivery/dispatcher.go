@@ -224,7 +224,7 @@ func (d *Dispatcher) Load(ctx context.Context) error {
 		d.upsertLocked(s, now)
 		st := d.subs[s.ID]
 		st.bucket, st.edgeBucket = bucket.Empty(now), bucket.Empty(now)
-		if b, ok := saved[s.ID]; ok {
+		if b, ok := saved[s.ID]; ok && b.fits(st, now) {
 			st.bucket, st.edgeBucket = b.Origin, b.Edge
 		}
 		st.hasWork = true
@@ -235,10 +235,25 @@ func (d *Dispatcher) Load(ctx context.Context) error {
 // bucketsKey is the setting that holds the buckets a clean stop saved.
 const bucketsKey = "buckets_at_stop"
 
-// savedBuckets is one subscriber's buckets as a clean stop left them.
+// savedBuckets is one subscriber's buckets as a clean stop left them, with
+// the lanes and rates they were kept for.
 type savedBuckets struct {
-	Origin bucket.State `json:"origin"`
-	Edge   bucket.State `json:"edge"`
+	Origin     bucket.State `json:"origin"`
+	Edge       bucket.State `json:"edge"`
+	OriginRate bucket.Rate  `json:"origin_rate"`
+	EdgeRate   bucket.Rate  `json:"edge_rate"`
+	UsesEdge   bool         `json:"uses_edge"`
+	UsesOrigin bool         `json:"uses_origin"`
+}
+
+// fits reports whether the saved buckets can go on for s at now: the same
+// lanes at the same rates (another --edge-url or --edge-types moves spending
+// between lanes the saved state cannot see, since the Worker's lives in its
+// Durable Object), and no Last ahead of now (a clock stepped back would
+// otherwise hold the bucket shut until it caught up).
+func (b savedBuckets) fits(s *sub, now time.Time) bool {
+	return b.UsesEdge == s.usesEdge && b.UsesOrigin == s.usesOrigin && b.OriginRate == s.originRate &&
+		b.EdgeRate == s.edgeRate && !b.Origin.Last.After(now) && !b.Edge.Last.After(now)
 }
 
 // saveBuckets keeps every bucket for the next start, once nothing can spend
@@ -247,7 +262,8 @@ func (d *Dispatcher) saveBuckets() {
 	d.mu.Lock()
 	out := make(map[string]savedBuckets, len(d.subs))
 	for id, s := range d.subs {
-		out[id] = savedBuckets{Origin: s.bucket, Edge: s.edgeBucket}
+		out[id] = savedBuckets{Origin: s.bucket, Edge: s.edgeBucket, OriginRate: s.originRate, EdgeRate: s.edgeRate,
+			UsesEdge: s.usesEdge, UsesOrigin: s.usesOrigin}
 	}
 	d.mu.Unlock()
 	text, _ := json.Marshal(out)

@@ -237,3 +237,29 @@ func TestOneLanesBacklogDoesNotHoldTheOtherLane(t *testing.T) {
 		t.Fatalf("the last trending event was sent before the milestone; the lanes did not run side by side")
 	}
 }
+
+// Saved buckets go on only for the lanes they were kept for: an edge-only
+// subscriber's origin bucket is never spent while the Worker sends, so a
+// start without the edge lane must not find it full and add a burst to what
+// the Worker just sent.
+func TestSavedBucketsNeedTheSameLanes(t *testing.T) {
+	t.Parallel()
+	w, _ := startWorker(t)
+	b := setup(t, true, withEdge(w.URL, "video.view_milestone"))
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("edgy", rc.URL, func(s *ledger.Subscriber) {
+		s.EventTypes, s.Rate = []string{"video.view_milestone"}, ledger.Rate{PerSecond: 1, Burst: 5}
+	})
+	b.send("a", "video.view_milestone", 5)
+	b.settle()
+	if n := rc.count(); n != 5 {
+		t.Fatalf("%d sent through the Worker, want its burst of 5", n)
+	}
+	b.stop()
+	b.start() // no edge lane now: the same events go by the origin
+	b.send("b", "video.view_milestone", 5)
+	b.settle()
+	if n := rc.count(); n != 5 {
+		t.Fatalf("%d delivered at once after a start without the edge lane, want still 5 (an empty origin bucket)", n)
+	}
+}
