@@ -132,9 +132,21 @@ func (d *Dispatcher) nextLocked(s *sub, now time.Time) (int, ledger.Lane, bool) 
 	if d.takeLocked(s, head, now) {
 		return 0, head, true
 	}
-	for i := 1; i < len(s.queue) && d.twoLanesLocked(s, now); i++ {
+	if i, lane, ok := d.otherLaneLocked(s, head, now); ok {
+		return i, lane, d.takeLocked(s, lane, now)
+	}
+	return 0, head, false
+}
+
+// otherLaneLocked finds the first queued delivery that goes by another lane
+// than head, when the subscriber's queue can hold both.
+func (d *Dispatcher) otherLaneLocked(s *sub, head ledger.Lane, now time.Time) (int, ledger.Lane, bool) {
+	if !d.twoLanesLocked(s, now) {
+		return 0, head, false
+	}
+	for i := 1; i < len(s.queue); i++ {
 		if lane := d.laneLocked(s, &s.queue[i], now); lane != head {
-			return i, lane, d.takeLocked(s, lane, now)
+			return i, lane, true
 		}
 	}
 	return 0, head, false
@@ -161,10 +173,8 @@ func (d *Dispatcher) headWaitLocked(s *sub, now time.Time) time.Duration {
 	}
 	head := d.laneLocked(s, &s.queue[0], now)
 	w := wait(head)
-	for i := 1; i < len(s.queue) && w > 0 && d.twoLanesLocked(s, now); i++ {
-		if lane := d.laneLocked(s, &s.queue[i], now); lane != head {
-			return min(w, wait(lane))
-		}
+	if _, lane, ok := d.otherLaneLocked(s, head, now); ok && w > 0 {
+		return min(w, wait(lane))
 	}
 	return w
 }
