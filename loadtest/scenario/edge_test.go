@@ -3,14 +3,10 @@
 package scenario
 
 import (
-	"bytes"
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sluice-dev/sluice/loadtest/instance"
 )
 
 // TestCanalThroughTheEdge runs canal --edge at a small scale: the Worker in
@@ -19,26 +15,11 @@ import (
 // both lanes, and some requests must have come through the Worker. It needs
 // Node and `npm ci`; `make edge-test` runs it.
 func TestCanalThroughTheEdge(t *testing.T) {
-	ctx := context.Background()
-	root, err := filepath.Abs("../..")
+	root, err := filepath.Abs("../..") // where scripts/ and node_modules/ are
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "sluice")
-	if err := instance.Build(ctx, root, bin); err != nil {
-		t.Fatal(err)
-	}
-	var log bytes.Buffer
-	res, err := Canal(ctx, Options{
-		Sluice: bin, Events: 200, Timeout: 8 * time.Second, Specs: scaledCanal(), Edge: true, Root: root,
-		ServeArgs: []string{"--retry-base", "50ms", "--retry-cap", "500ms", "--breaker-cooldown", "500ms"},
-		Seed:      7, Log: &log,
-	})
-	if err != nil {
-		t.Fatalf("canal --edge: %v\n%s", err, log.String())
-	}
-	var table bytes.Buffer
-	res.Write(&table)
+	res, table := shortCanal(t, Options{Events: 200, Timeout: 8 * time.Second, Edge: true, Root: root})
 	const expected = 200 + 50 // the burst and a milestone after every four
 	for _, r := range res.Rows {
 		if r.Expected != expected || r.Lost != 0 || r.Violation || r.BadSignatures != 0 {
@@ -54,5 +35,5 @@ func TestCanalThroughTheEdge(t *testing.T) {
 	if !res.Pass {
 		t.Errorf("canal --edge failed: %v", res.Failures)
 	}
-	t.Logf("\n%s", table.String())
+	t.Logf("\n%s", table)
 }

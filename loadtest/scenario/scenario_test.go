@@ -85,24 +85,7 @@ func scaledCanal() []Spec {
 // advertised rate exceeded, every signature good.
 func TestCanalShort(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	bin := filepath.Join(t.TempDir(), "sluice")
-	if err := instance.Build(ctx, ".", bin); err != nil {
-		t.Fatal(err)
-	}
-	var log bytes.Buffer
-	res, err := Canal(ctx, Options{
-		Sluice: bin, Events: 300, Timeout: 5 * time.Second, Specs: scaledCanal(),
-		ServeArgs: []string{"--retry-base", "50ms", "--retry-cap", "500ms", "--breaker-cooldown", "500ms"},
-		// The jitter the CLI allows too: at 10/s burst 20 a second may hold
-		// 30 arrivals, the strict burst + rate.
-		Seed: 7, Log: &log,
-	})
-	if err != nil {
-		t.Fatalf("canal: %v\n%s", err, log.String())
-	}
-	var table bytes.Buffer
-	res.Write(&table)
+	res, table := shortCanal(t, Options{Events: 300, Timeout: 5 * time.Second, Root: "."})
 	delivered := 0
 	for _, r := range res.Rows {
 		delivered += r.Delivered
@@ -118,8 +101,31 @@ func TestCanalShort(t *testing.T) {
 		t.Errorf("pass %v, %d delivered in all", res.Pass, delivered)
 	}
 	if t.Failed() {
-		t.Logf("\n%s", table.String())
+		t.Logf("\n%s", table)
 	}
+}
+
+// shortCanal builds sluice from o.Root and runs the canal at test scale
+// (scaledCanal, quick retries and cooldowns, seed 7) with what o adds;
+// Jitter stays the CLI's: at 10/s burst 20 a second may hold 30 arrivals,
+// the strict burst + rate. It returns the result and its table.
+func shortCanal(t *testing.T, o Options) (*Result, string) {
+	t.Helper()
+	ctx := context.Background()
+	bin := filepath.Join(t.TempDir(), "sluice")
+	if err := instance.Build(ctx, o.Root, bin); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	o.Sluice, o.Specs, o.Seed, o.Log = bin, scaledCanal(), 7, &log
+	o.ServeArgs = []string{"--retry-base", "50ms", "--retry-cap", "500ms", "--breaker-cooldown", "500ms"}
+	res, err := Canal(ctx, o)
+	if err != nil {
+		t.Fatalf("canal: %v\n%s", err, log.String())
+	}
+	var table bytes.Buffer
+	res.Write(&table)
+	return res, table.String()
 }
 
 // TestLimitedSpecIsTheSeedsPartner pins the cast the issue describes.
