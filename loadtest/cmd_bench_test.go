@@ -25,7 +25,7 @@ func TestBenchFlags(t *testing.T) {
 	}
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), []string{"bench", "--help"}, &out, &errOut)
-	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(errOut.String(), "Usage: go run ./loadtest bench") {
-		t.Errorf("bench --help = %v:\n%s", err, errOut.String())
+	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "Usage: go run ./loadtest bench") || errOut.Len() > 0 {
+		t.Errorf("bench --help = %v, want its usage on stdout alone:\n%s\nstderr: %s", err, out.String(), errOut.String())
 	}
 }

@@ -72,6 +72,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("no command: %w", errUsage)
 	}
+	if asksHelp(args[1:]) {
+		stderr = stdout // help asked for is the output; a usage after a mistake is not
+	}
 	switch args[0] {
 	case "flood":
 		return runFlood(ctx, args[1:], stdout, stderr)
@@ -104,6 +107,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q: %w", args[0], errUsage)
+}
+
+// asksHelp reports whether args hold -h or --help before any "--".
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "--h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 // newFlags returns a flag set whose usage names the command and says what it does.

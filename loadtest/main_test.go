@@ -45,8 +45,9 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), args, &out, &errOut)
-		if !errors.Is(err, flag.ErrHelp) || !strings.Contains(errOut.String(), "Usage: go run ./loadtest "+strings.Join(args[:len(args)-1], " ")) {
-			t.Errorf("run %q = %v, help:\n%s", args, err, errOut.String())
+		// Help asked for is output: on stdout, with nothing on stderr.
+		if !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "Usage: go run ./loadtest "+strings.Join(args[:len(args)-1], " ")) || errOut.Len() > 0 {
+			t.Errorf("run %q = %v, help:\n%s\nstderr: %s", args, err, out.String(), errOut.String())
 		}
 	}
 }

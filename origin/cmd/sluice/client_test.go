@@ -600,20 +600,25 @@ func TestClientErrors(t *testing.T) {
 	t.Run("help", func(t *testing.T) {
 		t.Parallel()
 		for _, args := range [][]string{{"stats", "--help"}, {"subscribers", "add", "--help"}, {"deliveries", "show", "-h"}} {
+			// Help asked for is output: on stdout, with nothing on stderr.
 			r := sluiceEnv(t, nil, args...)
-			if r.code() != 0 || !strings.Contains(r.stderr, "env SLUICE_URL") || !strings.Contains(r.stderr, "env SLUICE_API_TOKEN") {
-				t.Errorf("%q: %s\nwant exit 0 and the SLUICE_ variables", args, r)
+			if r.code() != 0 || !strings.Contains(r.stdout, "env SLUICE_URL") || !strings.Contains(r.stdout, "env SLUICE_API_TOKEN") || r.stderr != "" {
+				t.Errorf("%q: %s\nwant exit 0 and the SLUICE_ variables on stdout alone", args, r)
 			}
 		}
-		if r := sluiceEnv(t, nil, "subscribers", "add", "--help"); !regexp.MustCompile(`(?m)^\s+--api-url .*\n\s+env SLUICE_URL$`).MatchString(r.stderr) {
-			t.Errorf("subscribers add --help: --api-url does not fall back to SLUICE_URL:\n%s", r.stderr)
+		if r := sluiceEnv(t, nil, "subscribers", "add", "--help"); !regexp.MustCompile(`(?m)^\s+--api-url .*\n\s+env SLUICE_URL$`).MatchString(r.stdout) {
+			t.Errorf("subscribers add --help: --api-url does not fall back to SLUICE_URL:\n%s", r.stdout)
+		}
+		// A usage printed for a mistake is not output.
+		if r := sluiceEnv(t, nil, "stats", "--bogus"); r.code() != 2 || r.stdout != "" || !strings.Contains(r.stderr, "Usage: sluice stats") {
+			t.Errorf("stats --bogus: %s\nwant exit 2 and the usage on stderr alone", r)
 		}
 		if r := sluiceEnv(t, nil, "--help"); r.code() != 0 || !strings.Contains(r.stdout, "SLUICE_URL") || !strings.Contains(r.stdout, "sluice dlq") ||
 			!strings.Contains(r.stdout, "sluice health") {
 			t.Errorf("sluice --help: %s", r)
 		}
 		// "sluice help CMD" is "sluice CMD --help".
-		if r := sluiceEnv(t, nil, "help", "stats"); r.code() != 0 || !strings.Contains(r.stderr, "env SLUICE_URL") {
+		if r := sluiceEnv(t, nil, "help", "stats"); r.code() != 0 || !strings.Contains(r.stdout, "env SLUICE_URL") {
 			t.Errorf("sluice help stats: %s\nwant exit 0 and the flags of stats", r)
 		}
 	})

@@ -500,8 +500,8 @@ func TestEdgeUsage(t *testing.T) {
 	for _, want := range []string{"Usage: sluice edge put-secret [flags]", "--edge-secret", "env SLUICE_EDGE_SECRET",
 		"--account-id", "env CLOUDFLARE_ACCOUNT_ID", "--cf-api-token", "env CLOUDFLARE_API_TOKEN",
 		"--script", "env SLUICE_EDGE_SCRIPT", "(default sluice-edge)", "Workers Scripts: Edit"} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("put-secret --help lacks %q:\n%s", want, r.stderr)
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("put-secret --help lacks %q on stdout:\n%s", want, r.stdout)
 		}
 	}
 	r = runEdge(t, cfEnv(), "edge", "--help")

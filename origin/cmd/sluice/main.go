@@ -67,6 +67,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stderr, usage)
 		return errUsage
 	}
+	if asksHelp(args[1:]) {
+		// Help asked for is the output, so it goes where output goes and
+		// can be piped; a usage printed for a mistake stays on stderr.
+		stderr = stdout
+	}
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], getenv, stdout, stderr)
@@ -89,4 +94,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q: %w", args[0], errUsage)
+}
+
+// asksHelp reports whether args hold -h or --help before any "--".
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "--h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
