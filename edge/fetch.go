@@ -3,11 +3,14 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"strconv"
 	"syscall/js"
 	"time"
+
+	"github.com/sluice-dev/sluice/shared/edgewire"
 )
 
 // fetchClient sends a subscriber request with the runtime's fetch, following
@@ -50,16 +53,35 @@ func (fetchClient) Do(req *http.Request) (resp *http.Response, err error) {
 	if ra := res.Get("headers").Call("get", "retry-after"); ra.Type() == js.TypeString {
 		h.Set("Retry-After", ra.String())
 	}
-	// Only the status and Retry-After are used: let the body go unread.
-	if b := res.Get("body"); b.Type() == js.TypeObject {
-		b.Call("cancel")
-	}
 	status := res.Get("status").Int()
 	return &http.Response{
 		Status:     strconv.Itoa(status) + " " + http.StatusText(status),
 		StatusCode: status,
 		Header:     h,
-		Body:       http.NoBody,
+		Body:       io.NopCloser(bytes.NewReader(firstBytes(res.Get("body")))),
 		Request:    req,
 	}, nil
+}
+
+// firstBytes reads the start of a fetch body, as much as an attempt keeps,
+// and cancels the rest unread: a subscriber's long answer costs the Worker
+// neither the time nor the memory to download it.
+func firstBytes(body js.Value) []byte {
+	if body.Type() != js.TypeObject {
+		return nil
+	}
+	reader := body.Call("getReader")
+	var out []byte
+	for len(out) < edgewire.ResponseSnippet {
+		chunk, err := await(reader.Call("read"))
+		if err != nil || chunk.Get("done").Bool() {
+			break
+		}
+		v := chunk.Get("value")
+		buf := make([]byte, min(v.Get("length").Int(), edgewire.ResponseSnippet-len(out)))
+		js.CopyBytesToGo(buf, v)
+		out = append(out, buf...)
+	}
+	reader.Call("cancel")
+	return out
 }

@@ -213,6 +213,9 @@ func TestDeliversWhatTheSubscriberCanVerify(t *testing.T) {
 	}
 }
 
+// busyAnswer is longer than an attempt keeps.
+var busyAnswer = `{"error":"slow down"}` + strings.Repeat(" ", 2*edgewire.ResponseSnippet)
+
 func TestReportsSubscriberFailures(t *testing.T) {
 	t.Parallel()
 	p := newPartner(t)
@@ -224,6 +227,7 @@ func TestReportsSubscriberFailures(t *testing.T) {
 		case strings.HasSuffix(r.URL.Path, "_busy"):
 			w.Header().Set("Retry-After", "42")
 			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, busyAnswer)
 		case strings.HasSuffix(r.URL.Path, "_slow"):
 			select {
 			case <-hang:
@@ -239,6 +243,12 @@ func TestReportsSubscriberFailures(t *testing.T) {
 	dr := p.request(t, unique("dlv"), unique("sub")+"_busy", rate)
 	if status, out := deliver(t, sharedEdge, dr); status != http.StatusOK || !strings.HasPrefix(string(out), `{"status":429,"retry_after_s":42,`) {
 		t.Errorf("429 with Retry-After: %d %s", status, out)
+	} else {
+		// The attempt keeps the first bytes of the answer, read through fetch.
+		var res edgewire.Result
+		if err := json.Unmarshal(out, &res); err != nil || res.Response != busyAnswer[:edgewire.ResponseSnippet] {
+			t.Errorf("429's response = %q (%v), want the first %d bytes of the answer", res.Response, err, edgewire.ResponseSnippet)
+		}
 	}
 
 	dr = p.request(t, unique("dlv"), unique("sub")+"_moved", rate)

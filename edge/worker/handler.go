@@ -85,7 +85,8 @@ type handler struct {
 }
 
 // maxSubscriberRead bounds how much of a subscriber's answer is read before
-// the connection is let go; only its status and Retry-After matter here.
+// the connection is let go; only its status, Retry-After and first bytes
+// matter here.
 const maxSubscriberRead = 64 << 10
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
