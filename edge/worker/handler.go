@@ -198,7 +198,7 @@ func (h *handler) send(ctx context.Context, req *edgewire.DeliverRequest) (res e
 			res.Error = fmt.Sprintf("timeout after %dms", req.Timeout())
 			return res, "timeout"
 		}
-		res.Error = "request failed: " + innerError(err)
+		res.Error = "request failed: " + withoutEndpoint(innerError(err), out.URL)
 		return res, "request_failed"
 	}
 	snippet := make([]byte, edgewire.ResponseSnippet)
@@ -212,6 +212,18 @@ func (h *handler) send(ctx context.Context, req *edgewire.DeliverRequest) (res e
 		DurationMS:  ms(end.Sub(start)),
 		Response:    edgewire.Snippet(snippet[:n]),
 	}, ""
+}
+
+// withoutEndpoint keeps an error's words but not the subscriber's URL or
+// host, which the runtime's fetch errors can quote: the origin stores and
+// logs the answer, and an endpoint's URL may carry a token.
+func withoutEndpoint(msg string, u *url.URL) string {
+	for _, s := range []string{u.String(), u.Host, u.Hostname()} {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "<endpoint>")
+		}
+	}
+	return msg
 }
 
 // innerError drops the *url.Error wrapper, whose text repeats the URL.

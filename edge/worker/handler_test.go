@@ -518,6 +518,30 @@ func TestBucketFailureChargesNothing(t *testing.T) {
 	}
 }
 
+// quoter fails the way workerd's fetch can: with a message naming the URL.
+type quoter struct{}
+
+func (quoter) Do(r *http.Request) (*http.Response, error) {
+	return nil, errors.New("TypeError: Fetch API cannot load: " + r.URL.String() + " (" + r.URL.Hostname() + ")")
+}
+
+func TestFailedFetchNamesNoEndpoint(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config) { c.Client = quoter{} })
+	dr := b.deliverRequest(t, "dlv_quoted", "sub_a")
+	status, body := b.deliver(t, dr)
+	res := decode[edgewire.Result](t, body)
+	host := strings.TrimPrefix(b.rcv.URL, "http://")
+	if status != http.StatusOK || !strings.HasPrefix(res.Error, "request failed: TypeError: Fetch API cannot load") {
+		t.Fatalf("%d %s, want 200 and the fetch error's words", status, body)
+	}
+	for _, leak := range []string{"/hooks/private-path", host, "127.0.0.1"} {
+		if strings.Contains(string(body), leak) {
+			t.Errorf("the answer names the endpoint (%q): %s", leak, body)
+		}
+	}
+}
+
 type panicker struct{}
 
 func (panicker) Do(*http.Request) (*http.Response, error) { panic("boom") }
