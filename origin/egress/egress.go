@@ -51,8 +51,9 @@ func (p Policy) resolver() Resolver {
 // CheckURL validates a subscriber URL when it is created or changed: absolute,
 // scheme http or https, a host, no userinfo (credentials in URLs leak into
 // logs), a port in 1–65535 when one is given, at most MaxURLLength bytes.
-// The host must resolve (an IP literal always does); unless AllowPrivate,
-// the IP literal or every address the name resolves to must be Public.
+// Unless AllowPrivate, the IP literal or every address the name resolves to
+// now must be Public; a name that does not resolve is let through, since
+// the dialer checks every address again at each attempt.
 // It returns an error wrapping ErrInvalidURL or ErrForbiddenAddress, or the
 // context's error when ctx ends during the lookup.
 func (p Policy) CheckURL(ctx context.Context, raw string) error {
@@ -94,14 +95,16 @@ func (p Policy) CheckURL(ctx context.Context, raw string) error {
 		// 127.0.0.1 while net/netip does not: refuse the ambiguity outright.
 		return fmt.Errorf("%w: host %q looks numeric but is not an IP address", ErrInvalidURL, host)
 	}
+	if p.AllowPrivate {
+		return nil
+	}
 	addrs, err := p.resolver().LookupNetIP(ctx, "ip", host)
 	if ctx.Err() != nil {
 		return fmt.Errorf("egress: resolving %q: %w", host, ctx.Err())
 	}
-	if err != nil || len(addrs) == 0 {
-		return fmt.Errorf("%w: host %q does not resolve", ErrInvalidURL, host)
-	}
-	if p.AllowPrivate {
+	if err != nil {
+		// A name that does not resolve yet (or a resolver that is down) is
+		// no address to refuse: the check at dial time guards every attempt.
 		return nil
 	}
 	for _, a := range addrs {

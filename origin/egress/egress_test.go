@@ -225,11 +225,11 @@ func TestCheckURL(t *testing.T) {
 		{"name resolving public and private", strict, "https://mixed.example.com/in", ErrForbiddenAddress},
 		{"name resolving mapped metadata", strict, "https://mapped.example.com/", ErrForbiddenAddress},
 		{"name resolving private", strict, "https://private.example.com/", ErrForbiddenAddress},
-		{"name not resolving", strict, "https://nope.example.com/", ErrInvalidURL},
-		{"name resolving to nothing", strict, "https://empty.example.com/", ErrInvalidURL},
+		{"name not resolving (yet): the dialer checks it", strict, "https://nope.example.com/", nil},
+		{"name resolving to nothing", strict, "https://empty.example.com/", nil},
 		{"allow private loopback literal", lax, "http://127.0.0.1:8080/hooks", nil},
 		{"allow private name", lax, "http://private.example.com/", nil},
-		{"allow private still needs resolution", lax, "http://nope.example.com/", ErrInvalidURL},
+		{"allow private, name not resolving", lax, "http://nope.example.com/", nil},
 		{"allow private still no userinfo", lax, "http://u:p@127.0.0.1/", ErrInvalidURL},
 	}
 	for _, tt := range tests {
@@ -245,13 +245,13 @@ func TestCheckURL(t *testing.T) {
 
 func TestCheckURLErrorsKeepSecretsOut(t *testing.T) {
 	t.Parallel()
-	p := Policy{Resolver: fakeResolver{}}
+	p := Policy{Resolver: fakeResolver{"private.example.com": {"192.168.1.10"}}}
 	for _, raw := range []string{
 		"https://user:s3cret@8.8.8.8/",
 		"https://8.8.8.8:bad/?token=s3cret",
 		"ftp://8.8.8.8/?token=s3cret",
 		"https://10.0.0.1/?token=s3cret",
-		"https://nope.example.com/?token=s3cret",
+		"https://private.example.com/?token=s3cret",
 	} {
 		err := p.CheckURL(t.Context(), raw)
 		if err == nil || strings.Contains(err.Error(), "s3cret") {
