@@ -852,6 +852,32 @@ func TestPatchAndDeleteUnknownAndDeleted(t *testing.T) {
 	b.createSubscriber(t, fmt.Sprintf(`{"id":"s1","url":%q}`, rcv.url()))
 }
 
+// PATCHes of different fields at the same time each keep their change, and
+// the dispatcher ends on the ledger's version, not on whichever answered last.
+func TestConcurrentPatchesKeepEveryChange(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	for round := range 20 {
+		id := fmt.Sprintf("s%d", round)
+		b.createSubscriber(t, fmt.Sprintf(`{"id":%q,"url":%q}`, id, rcv.url()))
+		var wg sync.WaitGroup
+		for _, patch := range []string{`{"paused":true}`, `{"rate":{"per_second":7,"burst":9}}`, `{"max_attempts":3}`, `{"timeout_ms":1234}`} {
+			wg.Go(func() { b.do(t, "PATCH", "/v1/subscribers/"+id, patch, http.StatusOK, nil) })
+		}
+		wg.Wait()
+		var got subscriberJSON
+		b.do(t, "GET", "/v1/subscribers/"+id, "", http.StatusOK, &got)
+		if !got.Paused || got.Rate.PerSecond != 7 || got.Rate.Burst != 9 || got.MaxAttempts != 3 || got.TimeoutMS != 1234 {
+			t.Fatalf("round %d: after four concurrent PATCHes the subscriber is %+v, want every change", round, got)
+		}
+		snap := b.disp.Snapshot()[id]
+		if !snap.Paused || snap.Rate.PerSecond != 7 || snap.Rate.Burst != 9 {
+			t.Fatalf("round %d: the dispatcher holds paused=%v rate=%+v, the ledger paused and 7/9", round, snap.Paused, snap.Rate)
+		}
+	}
+}
+
 func TestRetryAndRecoverDeadDeliveries(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -48,6 +49,10 @@ type Config struct {
 type Server struct {
 	Config
 	log *slog.Logger
+	// subs serializes changes to subscribers, from the ledger's read to the
+	// dispatcher's copy: two PATCHes cannot each undo the other's fields,
+	// and the dispatcher hears of changes in the order they committed.
+	subs sync.Mutex
 }
 
 // Limits the API enforces.

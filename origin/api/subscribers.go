@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/origin/delivery"
 	"github.com/sluice-dev/sluice/origin/ledger"
 	"github.com/sluice-dev/sluice/shared/event"
 	"github.com/sluice-dev/sluice/shared/signature"
@@ -152,11 +153,13 @@ func (s *Server) createSubscriber(c echo.Context) error {
 	if err := s.apply(c, in, &sub); err != nil {
 		return err
 	}
+	s.subs.Lock()
+	defer s.subs.Unlock()
 	if err := s.Ledger.CreateSubscriber(c.Request().Context(), &sub); err != nil {
 		return err
 	}
 	s.Dispatcher.Upsert(sub)
-	return c.JSON(http.StatusCreated, s.view(sub))
+	return c.JSON(http.StatusCreated, s.view(sub, s.Dispatcher.Snapshot()))
 }
 
 // subscriberView is a subscriber as the API shows it.
@@ -165,9 +168,11 @@ type subscriberView struct {
 	SecretRotatingUntil *time.Time `json:"previous_secret_expires_at,omitempty"`
 }
 
-func (s *Server) view(sub ledger.Subscriber) subscriberView {
+// view shows sub with the dispatcher's state of it from snaps, taken once
+// per answer.
+func (s *Server) view(sub ledger.Subscriber, snaps map[string]delivery.SubscriberSnapshot) subscriberView {
 	v := subscriberView{Subscriber: sub}
-	if snap, ok := s.Dispatcher.Snapshot()[sub.ID]; ok {
+	if snap, ok := snaps[sub.ID]; ok {
 		v.Breaker, v.PausedUntil = snap.Breaker, snap.PausedUntil
 	}
 	if !v.PausedUntil.After(s.Now()) {
@@ -189,8 +194,9 @@ func (s *Server) listSubscribers(c echo.Context) error {
 		return err
 	}
 	out := make([]subscriberView, 0, len(page))
+	snaps := s.Dispatcher.Snapshot()
 	for _, sub := range page {
-		out = append(out, s.view(sub))
+		out = append(out, s.view(sub, snaps))
 	}
 	body := map[string]any{"data": out}
 	if next != "" {
@@ -204,7 +210,7 @@ func (s *Server) getSubscriber(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, s.view(sub))
+	return c.JSON(http.StatusOK, s.view(sub, s.Dispatcher.Snapshot()))
 }
 
 func (s *Server) patchSubscriber(c echo.Context) error {
@@ -220,6 +226,8 @@ func (s *Server) patchSubscriber(c echo.Context) error {
 		return badRequest("id and secret cannot be changed here (use rotate-secret for the secret)")
 	}
 	ctx := c.Request().Context()
+	s.subs.Lock()
+	defer s.subs.Unlock()
 	cur, err := s.Ledger.Subscriber(ctx, c.Param("id"))
 	if err != nil {
 		return err
@@ -235,11 +243,13 @@ func (s *Server) patchSubscriber(c echo.Context) error {
 		return err
 	}
 	s.Dispatcher.Upsert(updated)
-	return c.JSON(http.StatusOK, s.view(updated))
+	return c.JSON(http.StatusOK, s.view(updated, s.Dispatcher.Snapshot()))
 }
 
 func (s *Server) deleteSubscriber(c echo.Context) error {
 	id := c.Param("id")
+	s.subs.Lock()
+	defer s.subs.Unlock()
 	if err := s.Ledger.DeleteSubscriber(c.Request().Context(), id); err != nil {
 		return err
 	}
@@ -278,6 +288,8 @@ func (s *Server) rotateSecret(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
+	s.subs.Lock()
+	defer s.subs.Unlock()
 	cur, err := s.Ledger.Subscriber(ctx, c.Param("id"))
 	if err != nil {
 		return err
@@ -293,7 +305,7 @@ func (s *Server) rotateSecret(c echo.Context) error {
 		return err
 	}
 	s.Dispatcher.Upsert(updated)
-	return c.JSON(http.StatusOK, s.view(updated))
+	return c.JSON(http.StatusOK, s.view(updated, s.Dispatcher.Snapshot()))
 }
 
 func (s *Server) recoverSubscriber(c echo.Context) error {
