@@ -2,10 +2,15 @@ package delivery
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,22 +29,36 @@ type memBuckets struct {
 	mu    sync.Mutex
 	state map[string]*worker.Stored
 	rates map[string]bucket.Rate
+	clock func() time.Time // the Worker's clock too; time.Now until useClock
 }
 
 func (m *memBuckets) Take(_ context.Context, sub string, r bucket.Rate) (worker.Grant, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	next, g := worker.TakeToken(m.state[sub], r, time.Now())
+	next, g := worker.TakeToken(m.state[sub], r, m.clock())
 	m.state[sub], m.rates[sub] = &next, r
 	return g, nil
+}
+
+func (m *memBuckets) now() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.clock()
+}
+
+// useClock puts the Worker and its buckets on the dispatcher's fake clock.
+func (m *memBuckets) useClock(now func() time.Time) {
+	m.mu.Lock()
+	m.clock = now
+	m.mu.Unlock()
 }
 
 // startWorker serves the real Worker handler on 127.0.0.1.
 func startWorker(t *testing.T) (*httptest.Server, *memBuckets) {
 	t.Helper()
-	mb := &memBuckets{state: map[string]*worker.Stored{}, rates: map[string]bucket.Rate{}}
+	mb := &memBuckets{state: map[string]*worker.Stored{}, rates: map[string]bucket.Rate{}, clock: time.Now}
 	srv := httptest.NewServer(worker.Handler(worker.Config{
-		Secrets: []string{edgeSecret}, Buckets: mb, Client: &http.Client{
+		Secrets: []string{edgeSecret}, Buckets: mb, Now: mb.now, Client: &http.Client{
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}))
@@ -49,7 +68,7 @@ func startWorker(t *testing.T) (*httptest.Server, *memBuckets) {
 
 func withEdge(url string, types ...string) option {
 	return func(c *Config) {
-		ec, err := edgeclient.New(url, edgeSecret, nil, nil)
+		ec, err := edgeclient.New(url, edgeSecret, nil, c.Clock.Now)
 		if err != nil {
 			panic(err)
 		}
@@ -85,8 +104,7 @@ func TestEdgeTypesGoThroughTheWorkerSignedForTheSubscriber(t *testing.T) {
 	var mu sync.Mutex
 	var verified int
 	rc := newReceiver(t, b.clock, func(r *http.Request, _ int) (int, http.Header) {
-		body := make([]byte, r.ContentLength)
-		_, _ = r.Body.Read(body)
+		body, _ := io.ReadAll(r.Body)
 		if signature.Verify(r.Header, body, time.Now(), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw") == nil {
 			mu.Lock()
 			verified++
@@ -222,19 +240,19 @@ func TestAFailingWorkerIsNeverChargedAndTheOriginTakesOver(t *testing.T) {
 // at once through the edge lane's own token.
 func TestOneLanesBacklogDoesNotHoldTheOtherLane(t *testing.T) {
 	t.Parallel()
-	w, _ := startWorker(t)
-	b := setup(t, false, withEdge(w.URL, "video.view_milestone"))
+	w, mb := startWorker(t)
+	b := setup(t, true, withEdge(w.URL, "video.view_milestone"))
+	mb.useClock(b.fake.Now)
 	rc := newReceiver(t, b.clock, nil)
 	b.subscriber("both", rc.URL, func(s *ledger.Subscriber) { s.Rate = ledger.Rate{PerSecond: 2, Burst: 2, EdgeShare: 0.5} })
 	b.send("t", "video.trending", 5)
 	b.send("m", "video.view_milestone", 1)
-	start := time.Now()
-	d := waitSent(t, b, "m-0")[0]
-	if took := time.Since(start); took > 2*time.Second || d.History[0].Lane != ledger.LaneEdge {
-		t.Fatalf("the milestone went by %s after %v, want the edge lane within 2 s", d.History[0].Lane, took)
+	// The clock stands still: only the tokens held at the start are spent.
+	if d := waitSent(t, b, "m-0")[0]; d.History[0].Lane != ledger.LaneEdge {
+		t.Fatalf("the milestone went by the %s lane, want the edge lane's own token", d.History[0].Lane)
 	}
-	if last := deliveryOf(t, b, "t-4"); last.Status == ledger.StatusSent {
-		t.Fatalf("the last trending event was sent before the milestone; the lanes did not run side by side")
+	if d := deliveryOf(t, b, "t-1"); d.Status == ledger.StatusSent {
+		t.Fatalf("a second trending event went at once: the origin lane's one token was spent twice")
 	}
 }
 
@@ -244,8 +262,9 @@ func TestOneLanesBacklogDoesNotHoldTheOtherLane(t *testing.T) {
 // the Worker just sent.
 func TestSavedBucketsNeedTheSameLanes(t *testing.T) {
 	t.Parallel()
-	w, _ := startWorker(t)
+	w, mb := startWorker(t)
 	b := setup(t, true, withEdge(w.URL, "video.view_milestone"))
+	mb.useClock(b.fake.Now)
 	rc := newReceiver(t, b.clock, nil)
 	b.subscriber("edgy", rc.URL, func(s *ledger.Subscriber) {
 		s.EventTypes, s.Rate = []string{"video.view_milestone"}, ledger.Rate{PerSecond: 1, Burst: 5}
@@ -261,5 +280,74 @@ func TestSavedBucketsNeedTheSameLanes(t *testing.T) {
 	b.settle()
 	if n := rc.count(); n != 5 {
 		t.Fatalf("%d delivered at once after a start without the edge lane, want still 5 (an empty origin bucket)", n)
+	}
+}
+
+// While the Worker is out of use the origin sends an edge-only subscriber's
+// deliveries at its whole rate; when the Worker comes back, the edge lane
+// must not add a burst to what the origin just sent. Every arrival, across
+// both lanes, is checked against one bucket of the subscriber's rate.
+func TestTheWorkersReturnAddsNoBurst(t *testing.T) {
+	t.Parallel()
+	w, mb := startWorker(t)
+	target, err := url.Parse(w.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failing atomic.Bool
+	failing.Store(true)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	gate := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			http.Error(rw, `{"error":{"code":"down","message":"down"}}`, http.StatusBadGateway)
+			return
+		}
+		proxy.ServeHTTP(rw, r)
+	}))
+	t.Cleanup(gate.Close)
+	b := setup(t, true, withEdge(gate.URL, "video.view_milestone"))
+	mb.useClock(b.fake.Now)
+	rc := newReceiver(t, b.clock, nil)
+	rate := ledger.Rate{PerSecond: 2, Burst: 2, EdgeShare: 0.5}
+	b.subscriber("edgy", rc.URL, func(s *ledger.Subscriber) {
+		s.EventTypes, s.Rate = []string{"video.view_milestone"}, rate
+	})
+	b.send("m", "video.view_milestone", 16)
+	wentDown := false
+	for range 120 { // 6 s of 50 ms steps
+		b.step(50*time.Millisecond, 50*time.Millisecond)
+		b.d.mu.Lock()
+		down := b.d.edge.downUntil.After(b.fake.Now())
+		b.d.mu.Unlock()
+		if down && failing.Load() {
+			wentDown = true
+			failing.Store(false) // back in use when the lane's pause ends
+		}
+	}
+	if !wentDown {
+		t.Fatal("the failing Worker was never taken out of use")
+	}
+	var viaEdge, viaOrigin int
+	for i := range 16 {
+		d := deliveryOf(t, b, fmt.Sprintf("m-%d", i))
+		if d.Status != ledger.StatusSent {
+			continue
+		}
+		if d.History[len(d.History)-1].Lane == ledger.LaneEdge {
+			viaEdge++
+		} else {
+			viaOrigin++
+		}
+	}
+	if viaEdge == 0 || viaOrigin == 0 {
+		t.Fatalf("%d sent through the Worker and %d through the origin, want both", viaEdge, viaOrigin)
+	}
+	one := bucket.Full(rate.Bucket(), t0)
+	for i, at := range rc.times() {
+		var ok bool
+		if one, ok = bucket.Take(one, rate.Bucket(), at, 1); !ok {
+			t.Fatalf("arrival %d at +%v found the subscriber's one bucket empty (%.2f tokens): both lanes together went over 2/s burst 2\n%v",
+				i+1, at.Sub(t0), bucket.Refill(one, rate.Bucket(), at).Tokens, rc.times())
+		}
 	}
 }

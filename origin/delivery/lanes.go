@@ -256,10 +256,15 @@ func (d *Dispatcher) settleLane(subID string, res ledger.Result, now time.Time, 
 		d.edge.downUntil = now.Add(down)
 		d.cfg.Logger.Warn("edge lane out of use; delivering edge types through the origin", "for", down.String())
 		// The origin lane takes over edge-only subscribers from an empty
-		// bucket, so it cannot add a burst to what the edge just sent.
+		// bucket, so it cannot add a burst to what the edge just sent; and
+		// the edge bucket starts empty when the Worker comes back, so the
+		// edge cannot add one to what the origin sent meanwhile.
 		for _, s := range d.subs {
 			if s.usesEdge && !s.usesOrigin {
 				s.bucket = bucket.Empty(now)
+			}
+			if s.usesEdge {
+				s.edgeBucket = bucket.Empty(d.edge.downUntil) // a Last ahead: nothing until then
 			}
 		}
 	}
