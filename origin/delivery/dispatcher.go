@@ -129,6 +129,11 @@ type Dispatcher struct {
 	free          int
 	unrecorded    int
 	maxUnrecorded int
+	// reserve is how many free workers only a subscriber with nothing in
+	// flight, and not known to be slow, may take: however many slow
+	// subscribers fill their caps, a quiet one still finds a worker.
+	reserve int
+	turn    int // where dispatchLocked next starts in order
 	// attemptCtx outlives Run's context so shutdown can let attempts
 	// finish; cancelAttempts abandons them when the drain times out.
 	attemptCtx     context.Context
@@ -187,6 +192,7 @@ func New(l *ledger.Ledger, cfg Config) *Dispatcher {
 		dirty:         map[string]struct{}{},
 		free:          cfg.Workers,
 		maxUnrecorded: unrecordedPerWorker * cfg.Workers,
+		reserve:       reserveOf(cfg.Workers),
 		idle:          make(chan struct{}),
 	}
 	d.attemptCtx, d.cancelAttempts = context.WithCancel(context.Background())
@@ -519,25 +525,31 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 // roomLocked is how many more deliveries a subscriber may take on (claimed
 // or admitted) beyond what it holds: its in-flight limit, plus the prefetch
 // that lets claims run ahead so a commit never leaves its workers idle. A
-// subscriber whose attempts take a second or more gets one round of its
-// limit instead, so its backlog waits pending rather than claimed (shown in
-// flight) behind attempts that take seconds. A half-open breaker gets its
+// subscriber that has not answered yet, or whose attempts take a second or
+// more, gets no prefetch: its backlog waits pending rather than claimed
+// (shown in flight) behind attempts that may take seconds, and a claim's
+// few milliseconds are nothing beside them. A half-open breaker gets its
 // probe alone.
 func (d *Dispatcher) roomLocked(s *sub, limit int) int {
 	room := limit - s.inflight - len(s.queue) - s.admitted
-	switch {
-	case limit < d.cfg.PerSubscriber:
-	case s.answerTime >= slowAnswer:
-		room += limit
-	default:
+	if limit >= d.cfg.PerSubscriber && s.answerTime > 0 && s.answerTime < slowAnswer {
 		room += d.cfg.Prefetch
 	}
 	return room
 }
 
-// slowAnswer is the answer time from which a subscriber claims no more than
-// one round ahead: at that pace the prefetch would sit claimed for minutes.
+// slowAnswer is the answer time from which a subscriber claims nothing
+// ahead and may not use the workers' reserve.
 const slowAnswer = time.Second
+
+// reserveOf is the reserve of a pool of workers: an eighth of it, and at
+// least one as soon as there are two.
+func reserveOf(workers int) int {
+	if workers < 2 {
+		return 0
+	}
+	return max(1, workers/8)
+}
 
 // Admit reserves room and tokens for up to n new deliveries of a subscriber
 // that has nothing older due, so the enqueue can hand them over in flight.
@@ -691,19 +703,28 @@ func (d *Dispatcher) start(reqs []ledger.ClaimRequest, res []ledger.ClaimResult,
 }
 
 // dispatchLocked starts queued deliveries while there are free workers,
-// taking subscribers in turn so one long queue cannot take every worker.
+// taking subscribers in turn, from where the last start left off, so one
+// long queue cannot take every worker and a worker freed one at a time goes
+// round rather than to the first subscriber with work. The last free
+// workers (the reserve) go only to subscribers with nothing in flight.
 func (d *Dispatcher) dispatchLocked(now time.Time) {
 	if d.stopping {
 		return
 	}
+	n := len(d.order)
 	for progress := true; progress && d.canStartLocked(); {
 		progress = false
-		for _, id := range d.order {
+		from := d.turn
+		for k := range n {
 			if !d.canStartLocked() {
 				return
 			}
-			s := d.subs[id]
+			at := (from + k) % n
+			s := d.subs[d.order[at]]
 			if len(s.queue) == 0 || s.cfg.Paused || s.cfg.PausedUntil.After(now) {
+				continue
+			}
+			if d.free <= d.reserve && (s.inflight > 0 || s.answerTime >= slowAnswer) {
 				continue
 			}
 			if limit, _ := d.limitLocked(s, now); s.inflight >= limit {
@@ -724,6 +745,7 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			} else {
 				go d.attempt(d.attemptCtx, s.cfg, d.signerLocked(s, now), c)
 			}
+			d.turn = (at + 1) % n
 			progress = true
 		}
 	}
