@@ -852,6 +852,9 @@ func (d *Dispatcher) Snapshot() map[string]SubscriberSnapshot {
 	defer d.mu.Unlock()
 	out := make(map[string]SubscriberSnapshot, len(d.subs))
 	for id, s := range d.subs {
+		// An open breaker whose cooldown has passed is half-open, whether
+		// or not a delivery has come along to be its probe.
+		d.limitLocked(s, now)
 		out[id] = SubscriberSnapshot{
 			Rate:        s.cfg.Rate,
 			Paused:      s.cfg.Paused,

@@ -523,6 +523,28 @@ func TestBreakerOpensProbesOnceAndCloses(t *testing.T) {
 	}
 }
 
+// Once its cooldown has passed, a breaker shows half-open even when no
+// delivery is waiting to be its probe.
+func TestABreakerShowsHalfOpenAfterItsCooldown(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true, func(c *Config) { c.Breaker = breaker.Settings{Threshold: 1, Cooldown: time.Minute} })
+	rc := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) { return http.StatusInternalServerError, nil })
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.MaxAttempts = 1 })
+	b.send("e", "t", 1)
+	b.settle()
+	if st := b.d.Snapshot()["s"].Breaker.State; st != breaker.Open {
+		t.Fatalf("breaker %s after a failure at threshold 1, want open", st)
+	}
+	b.step(59*time.Second, time.Second)
+	if st := b.d.Snapshot()["s"].Breaker.State; st != breaker.Open {
+		t.Fatalf("breaker %s before its cooldown ended, want open", st)
+	}
+	b.step(time.Second, time.Second)
+	if st := b.d.Snapshot()["s"].Breaker.State; st != breaker.HalfOpen {
+		t.Fatalf("breaker %s after its cooldown with nothing to send, want half_open", st)
+	}
+}
+
 func TestOperatorPauseHoldsDeliveries(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true)
