@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/bucket"
 	"github.com/sluice-dev/sluice/shared/edgewire"
+	"github.com/sluice-dev/sluice/shared/retryafter"
 	"github.com/sluice-dev/sluice/shared/signature"
 )
 
@@ -236,24 +237,13 @@ func innerError(err error) string {
 
 // RetryAfter reads a Retry-After value, delta-seconds or any HTTP date form,
 // as whole seconds from now (never negative), or nil when there is none or it
-// is unreadable. The origin obeys it on 429 and 503.
+// is unreadable. The origin obeys it on 429 and 503, and caps it.
 func RetryAfter(v string, now time.Time) *int64 {
-	v = strings.TrimSpace(v)
-	if v == "" {
+	d, ok := retryafter.Parse(v, now)
+	if !ok {
 		return nil
 	}
-	if strings.Trim(v, "0123456789") == "" { // delta-seconds: digits alone
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			n = math.MaxInt64 // more seconds than an int64 holds; the origin caps the pause
-		}
-		return &n
-	}
-	t, err := http.ParseTime(v)
-	if err != nil {
-		return nil
-	}
-	s := max(int64(math.Ceil(t.Sub(now).Seconds())), 0)
+	s := int64(math.Ceil(d.Seconds()))
 	return &s
 }
 

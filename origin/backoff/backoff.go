@@ -1,5 +1,5 @@
 // Package backoff decides how long a failed delivery waits: full-jitter
-// exponential backoff, or exactly what the subscriber asked for in
+// exponential backoff, and at most MaxPause for what a subscriber asks in
 // Retry-After. It is pure: time and randomness are arguments.
 package backoff
 
@@ -7,9 +7,6 @@ import (
 	crand "crypto/rand"
 	"math"
 	"math/rand/v2"
-	"net/http"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -52,43 +49,3 @@ func FullJitter(attempt int, base, cap time.Duration, r Source) time.Duration {
 // MaxPause caps how long a Retry-After can pause a subscriber, so a typo or a
 // hostile value cannot silence it for days.
 const MaxPause = time.Hour
-
-// RetryAfter parses a Retry-After header value, delta-seconds or an HTTP-date
-// in any of its three forms, into a wait from now, capped at MaxPause: how
-// long the subscriber pauses. ok is false for an empty or unparseable value,
-// so the caller falls back to its backoff.
-func RetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
-	d, ok = ParseRetryAfter(value, now)
-	return min(d, MaxPause), ok
-}
-
-// ParseRetryAfter is RetryAfter without the cap: the wait the subscriber
-// asked for, as the attempt's history records it. Dates in the past give 0;
-// a wait beyond what a Duration holds gives the largest one.
-func ParseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
-	value = strings.TrimSpace(value)
-	if value == "" {
-		return 0, false
-	}
-	if isDigits(value) {
-		secs, err := strconv.ParseInt(value, 10, 64)
-		if err != nil || secs > math.MaxInt64/int64(time.Second) {
-			return math.MaxInt64, true // only overflow can fail here
-		}
-		return time.Duration(secs) * time.Second, true
-	}
-	t, err := http.ParseTime(value)
-	if err != nil {
-		return 0, false
-	}
-	return max(t.Sub(now), 0), true
-}
-
-func isDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/origin/egress"
 	"github.com/sluice-dev/sluice/origin/ledger"
 	"github.com/sluice-dev/sluice/shared/edgewire"
+	"github.com/sluice-dev/sluice/shared/retryafter"
 	"github.com/sluice-dev/sluice/shared/signature"
 )
 
@@ -115,14 +116,15 @@ func (d *Dispatcher) outcomeLocked(subID string, c ledger.Claimed, a *ledger.Att
 		return res
 	}
 	var pause time.Duration
-	if a.StatusCode == http.StatusTooManyRequests || a.StatusCode == http.StatusServiceUnavailable {
-		if p, ok := backoff.RetryAfter(retryAfter, now); ok {
-			pause = p
-			seen, _ := backoff.ParseRetryAfter(retryAfter, now) // the history keeps what was asked
-			ms := seen.Milliseconds()
-			a.RetryAfterMS = &ms
-			// The whole subscriber waits, not just this delivery.
-			if until := now.Add(p); until.After(s.cfg.PausedUntil) {
+	if seen, ok := retryafter.Parse(retryAfter, now); ok {
+		// The history keeps what was asked, whatever the status; only a
+		// 429 or 503 is obeyed, capped, and then the whole subscriber waits,
+		// not just this delivery.
+		ms := seen.Milliseconds()
+		a.RetryAfterMS = &ms
+		if a.StatusCode == http.StatusTooManyRequests || a.StatusCode == http.StatusServiceUnavailable {
+			pause = min(seen, backoff.MaxPause)
+			if until := now.Add(pause); until.After(s.cfg.PausedUntil) {
 				s.cfg.PausedUntil = until
 				d.persistState(s)
 			}

@@ -251,6 +251,30 @@ func TestAnAbsurdRetryAfterPausesAnHourAndIsRecordedAsAsked(t *testing.T) {
 	}
 }
 
+// A Retry-After on another status is recorded as seen but not obeyed: the
+// delivery backs off as any failure does, and the subscriber is not paused.
+func TestARetryAfterOnA500IsRecordedNotObeyed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true, func(c *Config) { c.RetryBase, c.RetryCap = 100*time.Millisecond, 100*time.Millisecond })
+	rc := newReceiver(t, b.clock, func(_ *http.Request, n int) (int, http.Header) {
+		if n == 1 {
+			return http.StatusInternalServerError, http.Header{"Retry-After": {"30"}}
+		}
+		return http.StatusOK, nil
+	})
+	b.subscriber("s", rc.URL, nil)
+	b.send("e", "t", 1)
+	b.settle()
+	if got := b.d.Snapshot()["s"].PausedUntil; !got.IsZero() {
+		t.Fatalf("a 500's Retry-After paused the subscriber until %v", got)
+	}
+	b.step(200*time.Millisecond, 10*time.Millisecond)
+	d := deliveryOf(t, b, "e-0")
+	if d.Status != ledger.StatusSent || len(d.History) != 2 || d.History[0].RetryAfterMS == nil || *d.History[0].RetryAfterMS != 30_000 {
+		t.Fatalf("%s with history %+v, want the 500 with the 30 s it asked, then sent after the backoff", d.Status, d.History)
+	}
+}
+
 func deliveryOf(t *testing.T, b *bundle, eventID string) ledger.Delivery {
 	t.Helper()
 	_, ds, err := b.l.Event(context.Background(), eventID)
