@@ -364,6 +364,18 @@ func TestHealthzNeedsNoToken(t *testing.T) {
 	}
 }
 
+// The bearer scheme's name is case-insensitive, as HTTP has it.
+func TestBearerSchemeIgnoresCase(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
+		r := b.call(t, "GET", "/v1/subscribers", "", map[string]string{"Authorization": scheme + " " + testToken})
+		if r.status != http.StatusOK {
+			t.Errorf("%s scheme: status %d, want 200", scheme, r.status)
+		}
+	}
+}
+
 func TestSubscriberDefaults(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -149,6 +149,7 @@ var badCases = []badCase{
 	{name: "deliveries limit 0", method: "GET", path: "/v1/deliveries?limit=0", status: 422, message: "limit"},
 	{name: "deliveries limit 1001", method: "GET", path: "/v1/deliveries?limit=1001", status: 422, message: "limit"},
 	{name: "deliveries cursor garbage", method: "GET", path: "/v1/deliveries?cursor=garbage", status: 400, message: "cursor"},
+	{name: "subscribers cursor garbage", method: "GET", path: "/v1/subscribers?cursor=%20no%20such%20id", status: 400, message: "cursor"},
 	{name: "delivery unknown", method: "GET", path: "/v1/deliveries/dlv_999999", status: 404},
 	{name: "event unknown", method: "GET", path: "/v1/events/nope", status: 404},
 

@@ -124,8 +124,9 @@ func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
 		if p := c.Request().URL.Path; p != "/v1" && !strings.HasPrefix(p, "/v1/") {
 			return next(c)
 		}
-		got, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
-		if !ok || len(want) == 0 || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
+		// The scheme's name is case-insensitive (RFC 9110 §11.1).
+		scheme, got, ok := strings.Cut(c.Request().Header.Get("Authorization"), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || len(want) == 0 || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 			return fail(http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token")
 		}
@@ -234,4 +235,13 @@ func (compactJSON) Serialize(c echo.Context, i any, _ string) error {
 
 func (compactJSON) Deserialize(c echo.Context, i any) error {
 	return json.NewDecoder(c.Request().Body).Decode(i)
+}
+
+// millis is t as the ledger keeps times, in UTC to the millisecond, so that
+// a time from the dispatcher's memory reads like every other timestamp.
+func millis(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC().Truncate(time.Millisecond)
 }

@@ -53,7 +53,7 @@ func (s *Server) stats(c echo.Context) error {
 			row.Breaker = "closed"
 		}
 		if sn.PausedUntil.After(now) {
-			t := sn.PausedUntil
+			t := millis(sn.PausedUntil)
 			row.PausedUntil = &t
 		}
 		if v, ok := st[id]; ok {

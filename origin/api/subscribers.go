@@ -173,12 +173,13 @@ type subscriberView struct {
 func (s *Server) view(sub ledger.Subscriber, snaps map[string]delivery.SubscriberSnapshot) subscriberView {
 	v := subscriberView{Subscriber: sub}
 	if snap, ok := snaps[sub.ID]; ok {
-		v.Breaker, v.PausedUntil = snap.Breaker, snap.PausedUntil
+		v.Breaker, v.PausedUntil = snap.Breaker, millis(snap.PausedUntil)
 	}
 	if !v.PausedUntil.After(s.Now()) {
 		v.PausedUntil = time.Time{} // a Retry-After pause that has ended
 	}
 	if t := sub.RotationEnds(s.Now()); !t.IsZero() {
+		t = millis(t)
 		v.SecretRotatingUntil = &t
 	}
 	return v
@@ -189,7 +190,11 @@ func (s *Server) listSubscribers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page, next, err := s.Ledger.SubscriberPage(c.Request().Context(), c.QueryParam("cursor"), limit)
+	cursor := c.QueryParam("cursor")
+	if cursor != "" && !event.ValidID(cursor) {
+		return badRequest("cursor is not one this API gave")
+	}
+	page, next, err := s.Ledger.SubscriberPage(c.Request().Context(), cursor, limit)
 	if err != nil {
 		return err
 	}
