@@ -148,6 +148,9 @@ type Dispatcher struct {
 	// dispatcher will do nothing until time passes or something changes.
 	unsettled atomic.Int64
 	poked     atomic.Bool // a wake-up was sent that the loop has not acted on
+	// giveUp closes when a stop's drain timeout has passed: the recorder
+	// stops retrying a database that refuses its writes.
+	giveUp chan struct{}
 	admits    sync.WaitGroup
 	edge      edgeHealth
 }
@@ -194,6 +197,7 @@ func New(l *ledger.Ledger, cfg Config) *Dispatcher {
 		maxUnrecorded: unrecordedPerWorker * cfg.Workers,
 		reserve:       reserveOf(cfg.Workers),
 		idle:          make(chan struct{}),
+		giveUp:        make(chan struct{}),
 	}
 	d.attemptCtx, d.cancelAttempts = context.WithCancel(context.Background())
 	l.SetAdmitter(d)
@@ -385,19 +389,21 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	d.release(queued)
 	drained := make(chan struct{})
 	go func() { d.running.Wait(); close(drained) }()
+	deadline := time.AfterFunc(d.cfg.DrainTimeout, func() { close(d.giveUp) })
+	defer deadline.Stop()
 	select {
 	case <-drained:
-	case <-time.After(d.cfg.DrainTimeout):
+	case <-d.giveUp:
 		d.mu.Lock()
 		running := d.cfg.Workers - d.free
 		d.mu.Unlock()
 		d.cfg.Logger.Warn("drain timeout: abandoning attempts still in flight; they are delivered again after the next start",
 			"attempts", running, "drain_timeout", d.cfg.DrainTimeout.String())
-		d.cancelAttempts() // abandoned attempts stay inflight and return to pending at the next start
+		d.cancelAttempts() // each abandoned attempt is recorded as such and its delivery goes back to pending
 		<-drained
 	}
 	close(d.results)
-	<-recorded
+	<-recorded // bounded too: past the drain timeout the recorder stops retrying
 	d.saveBuckets()
 	if errors.Is(err, context.Canceled) {
 		return nil

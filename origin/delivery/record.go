@@ -67,17 +67,27 @@ func (d *Dispatcher) flush(batch []outcome) {
 	}
 	// An outcome must not be lost while the process runs: its row stays in
 	// flight until recorded (leases are reclaimed only at start-up, since
-	// one process owns the file), so keep trying while the database refuses.
+	// one process owns the file), so keep trying while the database refuses,
+	// until a stop gives up waiting: then the rows stay in flight and go
+	// back to pending at the next start.
 	for try := 0; ; try++ {
 		err := d.ledger.Record(context.Background(), results, states)
 		if err == nil {
 			break
 		}
 		if errors.Is(err, ledger.ErrClosed) {
-			return // shutting down: the rows return to pending at the next start
+			return
 		}
 		d.cfg.Logger.Error("recording attempt outcomes failed; retrying", "err", err, "outcomes", len(batch))
-		time.Sleep(min(time.Duration(try+1)*100*time.Millisecond, 5*time.Second))
+		t := time.NewTimer(min(time.Duration(try+1)*100*time.Millisecond, 5*time.Second))
+		select {
+		case <-t.C:
+		case <-d.giveUp:
+			t.Stop()
+			d.cfg.Logger.Error("stopping with attempt outcomes unrecorded; their deliveries are sent again after the next start",
+				"outcomes", len(batch))
+			return
+		}
 	}
 	d.mu.Lock()
 	for _, r := range results {
