@@ -411,6 +411,14 @@ func TestSubscriberDefaults(t *testing.T) {
 	if len(list.Data) != 1 || list.Data[0].ID != s.ID {
 		t.Errorf("GET /v1/subscribers = %+v, want just %s", list.Data, s.ID)
 	}
+
+	// A rate without a burst gets twice the rate, never more than a burst may be.
+	for _, tc := range []struct{ rate, burst float64 }{{10, 20}, {0.2, 1}, {600_000, 1_000_000}} {
+		got := b.createSubscriber(t, fmt.Sprintf(`{"url":%q,"rate":{"per_second":%v}}`, rcv.url(), tc.rate))
+		if got.Rate != (rateJSON{PerSecond: tc.rate, Burst: tc.burst}) {
+			t.Errorf("rate %v without a burst: got %+v, want burst %v", tc.rate, got.Rate, tc.burst)
+		}
+	}
 }
 
 func TestGeneratedEventID(t *testing.T) {

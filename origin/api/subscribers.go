@@ -147,7 +147,7 @@ func (s *Server) createSubscriber(c echo.Context) error {
 	if in.Rate != nil && in.Rate.PerSecond != nil && in.Rate.Burst == nil {
 		// A rate given without a burst keeps the default's proportion, so a
 		// 10/s subscriber is not handed the default burst of 100.
-		b := max(1, 2**in.Rate.PerSecond)
+		b := min(max(1, 2**in.Rate.PerSecond), maxPerSecond)
 		in.Rate.Burst = &b
 	}
 	if err := s.apply(c, in, &sub); err != nil {

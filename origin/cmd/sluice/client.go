@@ -75,8 +75,8 @@ type apiClient struct {
 func newAPIClient(rawURL, token string) (*apiClient, error) {
 	u, err := url.Parse(strings.TrimSpace(rawURL))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("--url (or SLUICE_URL) %q is not an http:// or https:// base URL such as %s: %w",
-			rawURL, defaultAPIURL, errUsage)
+		return nil, fmt.Errorf("--url (or SLUICE_URL) %s is not an http:// or https:// base URL such as %s: %w",
+			shownURL(rawURL), defaultAPIURL, errUsage)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = ""
@@ -86,6 +86,16 @@ func newAPIClient(rawURL, token string) (*apiClient, error) {
 		token: strings.TrimSpace(token),
 		http:  &http.Client{Transport: tr, Timeout: requestTimeout},
 	}, nil
+}
+
+// shownURL is raw as an error may quote it: with any password masked, and
+// not at all when it does not parse, since then nothing can be masked.
+func shownURL(raw string) string {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return "(unreadable)"
+	}
+	return strconv.Quote(u.Redacted())
 }
 
 // close drops idle connections: a command makes a few calls and exits.

@@ -126,7 +126,7 @@ func (c *cfConn) check() error {
 	}
 	u, err := url.Parse(strings.TrimSpace(c.baseURL))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("--cf-base-url %q is not an http:// or https:// base URL such as %s: %w", c.baseURL, defaultCFBaseURL, errUsage)
+		return fmt.Errorf("--cf-base-url %s is not an http:// or https:// base URL such as %s: %w", shownURL(c.baseURL), defaultCFBaseURL, errUsage)
 	}
 	c.baseURL = u.String()
 	return nil
