@@ -14,9 +14,17 @@ build: ## build the origin binary into bin/sluice (static, no cgo)
 run: build ## build and serve on the embedded default (SQLite at ./data/sluice.db)
 	$(BIN) serve --db $(DB)
 
+# run-one runs the one test $(1), built with tag $(2), in package $(3), and
+# fails when there is no such test: a renamed test must not pass by running
+# nothing.
+define run-one
+	$(GO) test -tags $(2) -list '^$(1)$$' $(3) | grep -qx '$(1)' || { echo "no test $(1) in $(3)" >&2; exit 1; }
+	$(GO) test -count=1 -tags $(2) -run '^$(1)$$' -v $(3)
+endef
+
 test: test-go test-deps ## everything CI checks: Go tests, the Worker in workerd, the status page in Chromium, the image
 	$(MAKE) --no-print-directory edge-test
-	$(GO) test -count=1 -tags chromium -run Chromium ./origin/statuspage/
+	$(call run-one,TestStatusPageInChromium,chromium,./origin/statuspage/)
 	$(MAKE) --no-print-directory image
 
 test-go: fmt-check vet ## the Go tests alone (no browser, no image; the quick loop)
@@ -65,7 +73,7 @@ edge-test: edge ## host tests, a wrangler deploy dry run, then the Worker in rea
 	$(GO) test -count=1 ./edge/... ./shared/edgewire/...
 	@out=$$(mktemp -d); scripts/wrangler deploy --dry-run --outdir "$$out"; rc=$$?; rm -rf "$$out"; exit $$rc
 	$(GO) test -count=1 -tags edge -v ./edge/
-	$(GO) test -count=1 -tags edge -run TestCanalThroughTheEdge -v ./loadtest/scenario/
+	$(call run-one,TestCanalThroughTheEdge,edge,./loadtest/scenario/)
 
 bench-edge: edge ## Worker + Durable Object overhead in local workerd, printed as a table
 	$(GO) test -count=1 -tags edge -run '^$$' -bench . -benchtime 1x ./edge/

@@ -103,35 +103,50 @@ var client = &http.Client{Timeout: 30 * time.Second}
 // deliver signs dr with the origin↔edge secret at now and posts it.
 func deliver(t testing.TB, e *localedge.Worker, dr edgewire.DeliverRequest) (int, []byte) {
 	t.Helper()
-	body, err := json.Marshal(dr)
+	status, out, err := tryDeliver(e, dr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return post(t, e, dr.DeliveryID, body, edgeSecret, time.Now())
+	return status, out
+}
+
+// tryDeliver is deliver for a goroutine, which must not stop the test: it
+// returns the error for the test to report.
+func tryDeliver(e *localedge.Worker, dr edgewire.DeliverRequest) (int, []byte, error) {
+	body, err := json.Marshal(dr)
+	if err != nil {
+		return 0, nil, err
+	}
+	return tryPost(e, dr.DeliveryID, body, edgeSecret, time.Now())
 }
 
 // post sends body to the Worker, signed with secret at ts ("" sends it unsigned).
 func post(t testing.TB, e *localedge.Worker, id string, body []byte, secret string, ts time.Time) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, e.URL+edgewire.DeliverPath, bytes.NewReader(body))
+	status, out, err := tryPost(e, id, body, secret, ts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return status, out
+}
+
+func tryPost(e *localedge.Worker, id string, body []byte, secret string, ts time.Time) (int, []byte, error) {
+	req, err := http.NewRequest(http.MethodPost, e.URL+edgewire.DeliverPath, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
 	}
 	if secret != "" {
 		s, err := signature.NewSigner(secret)
 		if err != nil {
-			t.Fatal(err)
+			return 0, nil, err
 		}
 		s.Set(req.Header, id, ts, body)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("POST %s: %v", edgewire.DeliverPath, err)
+		return 0, nil, fmt.Errorf("POST %s: %w", edgewire.DeliverPath, err)
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, out
+	return resp.StatusCode, out, err
 }

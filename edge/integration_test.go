@@ -303,7 +303,11 @@ func TestFloodIsCappedPerSubscriber(t *testing.T) {
 			defer wg.Done()
 			for i := 0; time.Since(start) < floodFor && i < 200; i++ {
 				sent.Add(1)
-				status, out := deliver(t, sharedEdge, p.request(t, fmt.Sprintf("dlv_f%d_%d", w, i), flooded, rate))
+				status, out, err := tryDeliver(sharedEdge, p.request(t, fmt.Sprintf("dlv_f%d_%d", w, i), flooded, rate))
+				if err != nil {
+					t.Error(err)
+					return
+				}
 				switch status {
 				case http.StatusOK:
 					delivered.Add(1)
@@ -407,28 +411,30 @@ func TestBucketSurvivesARestart(t *testing.T) {
 func TestSlowSubscriberHoldsOnlyItself(t *testing.T) {
 	t.Parallel()
 	p := newPartner(t)
+	slowIn := make(chan struct{}, 1)
 	p.setRespond(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "_slow") {
-			time.Sleep(2 * time.Second)
+			slowIn <- struct{}{}
+			time.Sleep(2 * time.Second) // a partner that answers slowly
 		}
 		w.WriteHeader(http.StatusOK)
 	})
 	rate := bucket.Rate{PerSecond: 100, Burst: 100}
 	slowDone := make(chan string, 1)
 	go func() {
-		status, out := deliver(t, sharedEdge, p.request(t, unique("dlv"), unique("sub")+"_slow", rate))
-		slowDone <- fmt.Sprintf("%d %s", status, out)
+		status, out, err := tryDeliver(sharedEdge, p.request(t, unique("dlv"), unique("sub")+"_slow", rate))
+		slowDone <- fmt.Sprintf("%d %s %v", status, out, err)
 	}()
-	time.Sleep(100 * time.Millisecond) // the slow one is in flight
+	<-slowIn // the slow one is at the partner
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			status, out := deliver(t, sharedEdge, p.request(t, fmt.Sprintf("dlv_fast%d", i), unique("sub_fast"), rate))
-			if status != http.StatusOK || !strings.HasPrefix(string(out), `{"status":200,`) {
-				t.Errorf("fast delivery %d: %d %s", i, status, out)
+			status, out, err := tryDeliver(sharedEdge, p.request(t, fmt.Sprintf("dlv_fast%d", i), unique("sub_fast"), rate))
+			if err != nil || status != http.StatusOK || !strings.HasPrefix(string(out), `{"status":200,`) {
+				t.Errorf("fast delivery %d: %d %s %v", i, status, out, err)
 			}
 		}()
 	}

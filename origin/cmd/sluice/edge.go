@@ -38,9 +38,10 @@ const (
 	cfMaxPages = 100
 )
 
-// Account ids are 32 hex digits and script names lowercase letters, digits,
-// dashes and underscores; cloudflare-go puts both into the path unescaped,
-// so anything else is refused before a request is made.
+// Account ids (Cloudflare's are 32 hex digits) and script names take
+// letters, digits and, in names, dashes and underscores: cloudflare-go puts
+// both into the path unescaped, so anything else is refused before a
+// request is made.
 var (
 	cfAccountID  = regexp.MustCompile(`^[A-Za-z0-9]{1,32}$`)
 	cfScriptName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,63}$`)
