@@ -53,20 +53,6 @@ func TestMaxInWindow(t *testing.T) {
 	}
 }
 
-func TestCountIn(t *testing.T) {
-	t.Parallel()
-	times := at(0, 100, 100, 900, 1000, 1500)
-	if got := CountIn(times, t0.Add(100*time.Millisecond), t0.Add(time.Second)); got != 3 {
-		t.Errorf("CountIn [100ms, 1s) = %d, want 3", got)
-	}
-	if got := CountIn(times, t0, t0.Add(2*time.Second)); got != 6 {
-		t.Errorf("CountIn [0, 2s) = %d, want 6", got)
-	}
-	if got := CountIn(times, t0.Add(-time.Second), t0); got != 0 {
-		t.Errorf("CountIn before = %d, want 0", got)
-	}
-}
-
 func TestLimitAndExceeds(t *testing.T) {
 	t.Parallel()
 	r := bucket.Rate{PerSecond: 10, Burst: 20}

@@ -6,7 +6,6 @@ package report
 
 import (
 	"math"
-	"sort"
 	"time"
 
 	"github.com/sluice-dev/sluice/shared/bucket"
@@ -32,13 +31,6 @@ func MaxInWindow(times []time.Time, w time.Duration) (int, time.Time) {
 		}
 	}
 	return best, at
-}
-
-// CountIn returns how many of the sorted times fall in [from, to).
-func CountIn(times []time.Time, from, to time.Time) int {
-	lo := sort.Search(len(times), func(i int) bool { return !times[i].Before(from) })
-	hi := sort.Search(len(times), func(i int) bool { return !times[i].Before(to) })
-	return hi - lo
 }
 
 // Limit is the most requests a sender that keeps to r can land in any window

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/sluice-dev/sluice/origin/ledger"
 )
 
-func asErr[T any](err error, target *T) bool { return errors.As(err, target) }
 
 func (s *Server) listDeliveries(c echo.Context) error {
 	f := ledger.DeliveryFilter{Limit: defaultPage, SubscriberID: c.QueryParam("subscriber_id")}

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -110,4 +109,3 @@ func (s *Server) getEvent(c echo.Context) error {
 	})
 }
 
-func itoa(n int64) string { return fmt.Sprint(n) }

@@ -7,9 +7,11 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -196,13 +198,13 @@ func jsonReason(err error) string {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {
-	case asErr(err, &te):
+	case errors.As(err, &te):
 		if te.Field != "" {
 			return te.Field + " must be " + jsonKind(te.Type.Kind().String())
 		}
 		return "expected a JSON object"
-	case asErr(err, &se):
-		return "syntax error at byte " + itoa(se.Offset)
+	case errors.As(err, &se):
+		return "syntax error at byte " + strconv.FormatInt(se.Offset, 10)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
 	case err == io.EOF || err == io.ErrUnexpectedEOF:
