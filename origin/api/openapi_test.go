@@ -465,13 +465,46 @@ func (doc spec) conform(t *testing.T, key string, r response) map[string]any {
 
 // validate checks v against a schema of the subset openapi.json uses:
 // $ref, allOf, type (one or a list), const, enum, properties, required,
-// additionalProperties, items and format date-time. In a schema that lists
-// properties, a member it does not declare is a problem unless
-// additionalProperties is true: an undocumented field is a documentation bug.
+// additionalProperties, items, minItems, maxItems, minimum,
+// exclusiveMinimum, maximum, pattern and format date-time. Any other
+// keyword is a problem, so none is ignored without anyone noticing. In a
+// schema that lists properties, a member it does not declare is a problem
+// unless additionalProperties is true: an undocumented field is a
+// documentation bug.
 func (doc spec) validate(t *testing.T, schemaV any, v any, at string) []string {
 	t.Helper()
 	s := doc.flatten(t, schemaV)
 	var probs []string
+	for k := range s {
+		if !schemaKeywords[k] {
+			probs = append(probs, fmt.Sprintf("%s: the schema uses %q, which this check does not know", at, k))
+		}
+	}
+	if n, ok := v.(json.Number); ok {
+		f, _ := n.Float64()
+		if m, ok := number(s["minimum"]); ok && f < m {
+			probs = append(probs, fmt.Sprintf("%s: %v is below the minimum %v", at, n, m))
+		}
+		if m, ok := number(s["exclusiveMinimum"]); ok && f <= m {
+			probs = append(probs, fmt.Sprintf("%s: %v is not above %v", at, n, m))
+		}
+		if m, ok := number(s["maximum"]); ok && f > m {
+			probs = append(probs, fmt.Sprintf("%s: %v is above the maximum %v", at, n, m))
+		}
+	}
+	if str, ok := v.(string); ok {
+		if p, ok := s["pattern"].(string); ok && !regexp.MustCompile(p).MatchString(str) {
+			probs = append(probs, fmt.Sprintf("%s: %q does not match %s", at, str, p))
+		}
+	}
+	if list, ok := v.([]any); ok {
+		if m, ok := number(s["minItems"]); ok && float64(len(list)) < m {
+			probs = append(probs, fmt.Sprintf("%s: %d items, want at least %v", at, len(list), m))
+		}
+		if m, ok := number(s["maxItems"]); ok && float64(len(list)) > m {
+			probs = append(probs, fmt.Sprintf("%s: %d items, want at most %v", at, len(list), m))
+		}
+	}
 	if types := typeList(s["type"]); len(types) > 0 && !slices.Contains(types, jsonType(v)) &&
 		!(jsonType(v) == "integer" && slices.Contains(types, "number")) {
 		return []string{fmt.Sprintf("%s: %s, want %s", at, jsonType(v), strings.Join(types, " or "))}
@@ -508,6 +541,25 @@ func (doc spec) validate(t *testing.T, schemaV any, v any, at string) []string {
 		}
 	}
 	return probs
+}
+
+// number reads a numeric keyword of the spec, decoded with UseNumber.
+func number(v any) (float64, bool) {
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	f, err := n.Float64()
+	return f, err == nil
+}
+
+// schemaKeywords are the keywords validate checks, and the annotations
+// that constrain nothing.
+var schemaKeywords = map[string]bool{
+	"type": true, "const": true, "enum": true, "properties": true, "required": true,
+	"additionalProperties": true, "items": true, "minItems": true, "maxItems": true,
+	"minimum": true, "exclusiveMinimum": true, "maximum": true, "pattern": true, "format": true,
+	"description": true, "default": true, "examples": true,
 }
 
 // flatten resolves $ref and merges allOf into one schema: properties and
