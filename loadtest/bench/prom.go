@@ -1,13 +1,15 @@
 package bench
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Sample is one line of the Prometheus text format: a series and its value.
@@ -20,105 +22,59 @@ type Sample struct {
 // Scrape is everything one GET /metrics returned.
 type Scrape []Sample
 
-// ParseMetrics reads the Prometheus text exposition format (version 0.0.4):
-// comments and blank lines are skipped, an optional timestamp after the
-// value is ignored. It is just enough of a parser for what sluice serves.
+// ParseMetrics reads the Prometheus text exposition format with the
+// Prometheus parser and flattens it back into its samples: a histogram
+// becomes its _bucket (with le), _sum and _count series, as on the wire.
 func ParseMetrics(text string) (Scrape, error) {
-	var out Scrape
-	sc := bufio.NewScanner(strings.NewReader(text))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		s, err := parseSample(line)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %d %q: %w", n, line, err)
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
-}
-
-func parseSample(line string) (Sample, error) {
-	s := Sample{Labels: map[string]string{}}
-	i := strings.IndexAny(line, "{ ")
-	if i <= 0 {
-		return s, fmt.Errorf("no value")
-	}
-	s.Name, line = line[:i], line[i:]
-	if line[0] == '{' {
-		rest, err := parseLabels(line[1:], s.Labels)
-		if err != nil {
-			return s, err
-		}
-		line = rest
-	}
-	fields := strings.Fields(line)
-	if len(fields) == 0 {
-		return s, fmt.Errorf("no value")
-	}
-	v, err := parseValue(fields[0])
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(strings.NewReader(text))
 	if err != nil {
-		return s, err
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	s.Value = v
-	return s, nil
-}
-
-// parseLabels reads name="value" pairs up to the closing brace and returns
-// what follows it. Values may hold \\, \" and \n escapes.
-func parseLabels(in string, into map[string]string) (string, error) {
-	for {
-		in = strings.TrimLeft(in, " ,")
-		if in == "" {
-			return "", fmt.Errorf("unterminated labels")
-		}
-		if in[0] == '}' {
-			return in[1:], nil
-		}
-		eq := strings.IndexByte(in, '=')
-		if eq <= 0 || eq+1 >= len(in) || in[eq+1] != '"' {
-			return "", fmt.Errorf("malformed label")
-		}
-		name := strings.TrimSpace(in[:eq])
-		in = in[eq+2:]
-		var b strings.Builder
-		closed := false
-		for j := 0; j < len(in); j++ {
-			c := in[j]
-			if c == '\\' && j+1 < len(in) {
-				j++
-				switch in[j] {
-				case 'n':
-					b.WriteByte('\n')
-				default:
-					b.WriteByte(in[j])
+	var out Scrape
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			labels := func(extra ...string) map[string]string {
+				l := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
 				}
-				continue
+				for i := 0; i+1 < len(extra); i += 2 {
+					l[extra[i]] = extra[i+1]
+				}
+				return l
 			}
-			if c == '"' {
-				in, closed = in[j+1:], true
-				break
+			switch {
+			case m.Histogram != nil:
+				h := m.GetHistogram()
+				inf := false
+				for _, b := range h.GetBucket() {
+					inf = inf || math.IsInf(b.GetUpperBound(), 1)
+					le := strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)
+					out = append(out, Sample{name + "_bucket", labels("le", le), float64(b.GetCumulativeCount())})
+				}
+				if !inf {
+					out = append(out, Sample{name + "_bucket", labels("le", "+Inf"), float64(h.GetSampleCount())})
+				}
+				out = append(out, Sample{name + "_sum", labels(), h.GetSampleSum()},
+					Sample{name + "_count", labels(), float64(h.GetSampleCount())})
+			case m.Summary != nil:
+				sm := m.GetSummary()
+				for _, q := range sm.GetQuantile() {
+					out = append(out, Sample{name, labels("quantile", strconv.FormatFloat(q.GetQuantile(), 'g', -1, 64)), q.GetValue()})
+				}
+				out = append(out, Sample{name + "_sum", labels(), sm.GetSampleSum()},
+					Sample{name + "_count", labels(), float64(sm.GetSampleCount())})
+			case m.Counter != nil:
+				out = append(out, Sample{name, labels(), m.GetCounter().GetValue()})
+			case m.Gauge != nil:
+				out = append(out, Sample{name, labels(), m.GetGauge().GetValue()})
+			default:
+				out = append(out, Sample{name, labels(), m.GetUntyped().GetValue()})
 			}
-			b.WriteByte(c)
 		}
-		if !closed {
-			return "", fmt.Errorf("unterminated label value")
-		}
-		into[name] = b.String()
 	}
-}
-
-func parseValue(s string) (float64, error) {
-	switch s {
-	case "+Inf":
-		return math.Inf(1), nil
-	case "-Inf":
-		return math.Inf(-1), nil
-	}
-	return strconv.ParseFloat(s, 64)
+	return out, nil
 }
 
 // Value is the sum of the samples named name whose labels include every
@@ -176,7 +132,7 @@ func (sc Scrape) Histogram(name string) (Histogram, error) {
 		if s.Name != name+"_bucket" {
 			continue
 		}
-		le, err := parseValue(s.Labels["le"])
+		le, err := strconv.ParseFloat(s.Labels["le"], 64)
 		if err != nil {
 			return Histogram{}, fmt.Errorf("%s: bucket bound %q: %w", name, s.Labels["le"], err)
 		}
