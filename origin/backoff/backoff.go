@@ -26,7 +26,7 @@ func NewSource() *rand.Rand {
 }
 
 // FullJitter returns a delay drawn uniformly from [0, min(cap, base·2^attempt)],
-// attempt counting from 1 for the first retry. Spreading retries over the
+// attempt counting retries from 0: the first waits at most base. Spreading retries over the
 // whole window keeps a recovering subscriber from being hit by every retry at
 // once. It never overflows, whatever the attempt; a non-positive base or cap
 // gives 0.

@@ -139,7 +139,7 @@ func (d *Dispatcher) outcomeLocked(subID string, c ledger.Claimed, a *ledger.Att
 	if pause > 0 {
 		res.NextAttemptAt = now.Add(pause)
 	} else {
-		res.NextAttemptAt = now.Add(backoff.FullJitter(spent, d.cfg.RetryBase, d.cfg.RetryCap, d.cfg.Rand))
+		res.NextAttemptAt = now.Add(backoff.FullJitter(spent-1, d.cfg.RetryBase, d.cfg.RetryCap, d.cfg.Rand))
 	}
 	return res
 }

@@ -275,6 +275,43 @@ func TestARetryAfterOnA500IsRecordedNotObeyed(t *testing.T) {
 	}
 }
 
+// topOfRange draws the largest value it may: the longest full-jitter wait.
+type topOfRange struct{}
+
+func (topOfRange) Int64N(n int64) int64 { return n - 1 }
+
+// The first retry waits at most the base, the next at most twice it: the
+// backoff's exponent counts retries from 0.
+func TestTheFirstRetryWaitsAtMostTheBase(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true, func(c *Config) { c.RetryBase, c.RetryCap, c.Rand = time.Second, time.Hour, topOfRange{} })
+	rc := newReceiver(t, b.clock, func(_ *http.Request, n int) (int, http.Header) {
+		if n <= 2 {
+			return http.StatusInternalServerError, nil
+		}
+		return http.StatusOK, nil
+	})
+	b.subscriber("s", rc.URL, nil)
+	b.send("e", "t", 1)
+	b.settle()
+	b.step(time.Second-time.Millisecond, time.Second-time.Millisecond)
+	if n := rc.count(); n != 1 {
+		t.Fatalf("%d requests before the base had passed, want 1", n)
+	}
+	b.step(time.Millisecond, time.Millisecond)
+	if n := rc.count(); n != 2 {
+		t.Fatalf("%d requests once the base had passed, want the first retry", n)
+	}
+	b.step(2*time.Second-time.Millisecond, 2*time.Second-time.Millisecond)
+	if n := rc.count(); n != 2 {
+		t.Fatalf("%d requests within twice the base of the first retry, want still 2", n)
+	}
+	b.step(time.Millisecond, time.Millisecond)
+	if d := deliveryOf(t, b, "e-0"); rc.count() != 3 || d.Status != ledger.StatusSent {
+		t.Fatalf("%d requests and %s after twice the base, want the second retry sent", rc.count(), d.Status)
+	}
+}
+
 func deliveryOf(t *testing.T, b *bundle, eventID string) ledger.Delivery {
 	t.Helper()
 	_, ds, err := b.l.Event(context.Background(), eventID)
