@@ -9,7 +9,6 @@ import (
 	"github.com/sluice-dev/sluice/origin/ledger"
 )
 
-
 func (s *Server) listDeliveries(c echo.Context) error {
 	f := ledger.DeliveryFilter{Limit: defaultPage, SubscriberID: c.QueryParam("subscriber_id")}
 	if v := c.QueryParam("status"); v != "" {

@@ -108,4 +108,3 @@ func (s *Server) getEvent(c echo.Context) error {
 		"id": e.ID, "type": e.Type, "created_at": e.CreatedAt, "body": e.Body, "deliveries": ds,
 	})
 }
-

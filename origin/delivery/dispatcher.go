@@ -151,8 +151,8 @@ type Dispatcher struct {
 	// giveUp closes when a stop's drain timeout has passed: the recorder
 	// stops retrying a database that refuses its writes.
 	giveUp chan struct{}
-	admits    sync.WaitGroup
-	edge      edgeHealth
+	admits sync.WaitGroup
+	edge   edgeHealth
 }
 
 // sub is one subscriber's sending state.

@@ -594,7 +594,8 @@ func TestClientErrors(t *testing.T) {
 			if r.code() != 2 || strings.Contains(r.message(), "\n") {
 				t.Errorf("%q: %s\nwant exit 2 with one line", args, r)
 			}
-		}		// A URL refused for its form is quoted without its password.
+		}
+		// A URL refused for its form is quoted without its password.
 		for _, bad := range []string{"ftp://me:s3cret@127.0.0.1/", "http://me:s3cret@127.0.0.1/%zz"} {
 			r := sluiceEnv(t, map[string]string{"SLUICE_URL": bad}, "stats")
 			if r.code() != 2 || strings.Contains(r.message(), "s3cret") {
