@@ -75,7 +75,7 @@ func firstBytes(body js.Value) []byte {
 	for len(out) < edgewire.ResponseSnippet {
 		chunk, err := await(reader.Call("read"))
 		if err != nil || chunk.Get("done").Bool() {
-			break
+			return out // the stream is over: nothing to cancel
 		}
 		v := chunk.Get("value")
 		buf := make([]byte, min(v.Get("length").Int(), edgewire.ResponseSnippet-len(out)))

@@ -54,15 +54,21 @@ func (s *Server) random() io.Reader {
 	return rand.Reader
 }
 
-// apply validates in and copies it onto sub; nothing is changed on error.
+// checkURL checks the URL in, if any, before anything is locked: the
+// lookup may wait on DNS.
+func (s *Server) checkURL(c echo.Context, in subscriberInput) error {
+	if in.URL == nil {
+		return nil
+	}
+	return s.Egress.CheckURL(c.Request().Context(), strings.TrimSpace(*in.URL))
+}
+
+// apply validates in, its URL aside (checkURL does that first), and copies
+// it onto sub; nothing is changed on error.
 func (s *Server) apply(c echo.Context, in subscriberInput, sub *ledger.Subscriber) error {
 	next := *sub
 	if in.URL != nil {
-		u := strings.TrimSpace(*in.URL)
-		if err := s.Egress.CheckURL(c.Request().Context(), u); err != nil {
-			return err
-		}
-		next.URL = u
+		next.URL = strings.TrimSpace(*in.URL) // checked by checkURL
 	}
 	if in.EventTypes != nil {
 		types := *in.EventTypes
@@ -150,6 +156,9 @@ func (s *Server) createSubscriber(c echo.Context) error {
 		b := min(max(1, 2**in.Rate.PerSecond), maxPerSecond)
 		in.Rate.Burst = &b
 	}
+	if err := s.checkURL(c, in); err != nil {
+		return err
+	}
 	if err := s.apply(c, in, &sub); err != nil {
 		return err
 	}
@@ -229,6 +238,9 @@ func (s *Server) patchSubscriber(c echo.Context) error {
 	}
 	if in.ID != nil || in.Secret != nil {
 		return badRequest("id and secret cannot be changed here (use rotate-secret for the secret)")
+	}
+	if err := s.checkURL(c, in); err != nil {
+		return err
 	}
 	ctx := c.Request().Context()
 	s.subs.Lock()

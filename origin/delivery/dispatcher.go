@@ -130,8 +130,9 @@ type Dispatcher struct {
 	unrecorded    int
 	maxUnrecorded int
 	// reserve is how many free workers only a subscriber with nothing in
-	// flight, and not known to be slow, may take: however many slow
-	// subscribers fill their caps, a quiet one still finds a worker.
+	// flight, or a fast one, may take: however many slow subscribers fill
+	// their caps, a quiet one still finds a worker, and every subscriber
+	// still gets one in its turn.
 	reserve int
 	turn    int // where dispatchLocked next starts in order
 	// attemptCtx outlives Run's context so shutdown can let attempts
@@ -326,6 +327,13 @@ func (d *Dispatcher) Remove(id string) {
 	for i, o := range d.order {
 		if o == id {
 			d.order = append(d.order[:i], d.order[i+1:]...)
+			// Those after it move up one: the next turns stay theirs.
+			if i < d.turn {
+				d.turn--
+			}
+			if i < d.next {
+				d.next--
+			}
 			break
 		}
 	}
@@ -371,6 +379,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		d.record()
 	}()
 	err := d.loop(ctx)
+	// From here the stop is bounded: past the drain timeout, attempts are
+	// abandoned and the recorder stops retrying a database that refuses it.
+	deadline := time.AfterFunc(d.cfg.DrainTimeout, func() { close(d.giveUp) })
+	defer deadline.Stop()
 
 	// Stop starting attempts and put back what was claimed but not sent,
 	// once the enqueues already admitted have handed their deliveries over.
@@ -389,8 +401,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	d.release(queued)
 	drained := make(chan struct{})
 	go func() { d.running.Wait(); close(drained) }()
-	deadline := time.AfterFunc(d.cfg.DrainTimeout, func() { close(d.giveUp) })
-	defer deadline.Stop()
 	select {
 	case <-drained:
 	case <-d.giveUp:
@@ -403,7 +413,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		<-drained
 	}
 	close(d.results)
-	<-recorded // bounded too: past the drain timeout the recorder stops retrying
+	<-recorded // past the drain timeout the recorder retries no failed write
 	d.saveBuckets()
 	if errors.Is(err, context.Canceled) {
 		return nil
@@ -545,7 +555,7 @@ func (d *Dispatcher) roomLocked(s *sub, limit int) int {
 }
 
 // slowAnswer is the answer time from which a subscriber claims nothing
-// ahead and may not use the workers' reserve.
+// ahead.
 const slowAnswer = time.Second
 
 // reserveOf is the reserve of a pool of workers: an eighth of it, and at
@@ -712,7 +722,8 @@ func (d *Dispatcher) start(reqs []ledger.ClaimRequest, res []ledger.ClaimResult,
 // taking subscribers in turn, from where the last start left off, so one
 // long queue cannot take every worker and a worker freed one at a time goes
 // round rather than to the first subscriber with work. The last free
-// workers (the reserve) go only to subscribers with nothing in flight.
+// workers (the reserve) go only to subscribers with nothing in flight, or
+// fast ones, which give them back within milliseconds.
 func (d *Dispatcher) dispatchLocked(now time.Time) {
 	if d.stopping {
 		return
@@ -730,7 +741,7 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			if len(s.queue) == 0 || s.cfg.Paused || s.cfg.PausedUntil.After(now) {
 				continue
 			}
-			if d.free <= d.reserve && (s.inflight > 0 || s.answerTime >= slowAnswer) {
+			if d.free <= d.reserve && s.inflight > 0 && !s.fast(now) {
 				continue
 			}
 			if limit, _ := d.limitLocked(s, now); s.inflight >= limit {

@@ -803,7 +803,7 @@ func TestSlowSubscribersLeaveTheReserve(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 	for i := range 5 {
 		b.subscriber(fmt.Sprintf("slow%d", i), slow.URL, func(s *ledger.Subscriber) {
-			s.EventTypes, s.TimeoutMS = []string{"slow"}, 10_000
+			s.EventTypes, s.TimeoutMS = []string{"slow"}, 60_000 // they hang past every wait here
 		})
 	}
 	b.send("s", "slow", 20)
@@ -817,7 +817,7 @@ func TestSlowSubscribersLeaveTheReserve(t *testing.T) {
 	fast := newReceiver(t, b.clock, nil)
 	b.subscriber("fast", fast.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"fast"} })
 	b.send("f", "fast", 3)
-	waitFor(t, 10*time.Second, "the fast subscriber's deliveries beside the hanging ones", func() bool { return fast.count() == 3 })
+	waitFor(t, 3*time.Second, "the fast subscriber's deliveries beside the hanging ones", func() bool { return fast.count() == 3 })
 }
 
 // A worker freed one at a time goes round the subscribers with work, not

@@ -242,8 +242,10 @@ func (d *Dispatcher) settleLane(subID string, res ledger.Result, now time.Time, 
 			s.answered = now
 		}
 		if answered && res.NextAttemptAt.After(now) {
-			// An empty bucket until the Worker said: Refill waits for the clock.
-			s.edgeBucket = bucket.State{Last: res.NextAttemptAt}
+			// An empty bucket until the Worker said (Refill waits for the
+			// clock), and not before the lane is back in use: a deferral
+			// that comes back during an outage must not let it refill.
+			s.edgeBucket = bucket.Empty(latest(res.NextAttemptAt, d.edge.downUntil))
 		}
 		out = append(out, d.holdLocked(s, now)...)
 	}
@@ -270,6 +272,13 @@ func (d *Dispatcher) settleLane(subID string, res ledger.Result, now time.Time, 
 	}
 	d.dispatchLocked(now)
 	return out
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // edgeAnswered notes a Worker that answered.
