@@ -86,7 +86,7 @@ func runCanal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"those go through the Worker, and each partner's rate still holds summed over both lanes.", stderr)
 	var c commonFlags
 	c.register(fs, 12000, 60*time.Second, true)
-	fs.BoolVar(&c.o.Edge, "edge", false, "also route video.view_milestone events through a local edge Worker (needs Node and `npm ci`)")
+	fs.BoolVar(&c.o.Edge, "edge", false, "also route video.view_milestone events through a local edge Worker (needs Node and the npm packages: npm ci)")
 	var withNaive bool
 	var naiveWorkers int
 	fs.BoolVar(&withNaive, "naive", false, "then run the seed's naive loop against fresh partners and print both tables")

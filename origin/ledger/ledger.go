@@ -178,7 +178,7 @@ func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
 // that keeps a second process off the file.
 func lockDatabase(path string) (*os.File, error) {
 	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil { // a new folder is the owner's alone, like the file
 			return nil, fmt.Errorf("create database folder: %w", err)
 		}
 	}

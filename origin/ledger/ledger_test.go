@@ -60,6 +60,16 @@ func TestDatabaseFileIsTheOwnersAlone(t *testing.T) {
 			t.Errorf("%s has mode %v, want -rw-------", filepath.Base(p), mode)
 		}
 	}
+	// A folder Open makes for the file is the owner's alone too.
+	nested := filepath.Join(t.TempDir(), "data", "sluice.db")
+	l, err := Open(context.Background(), nested, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if st, err := os.Stat(filepath.Dir(nested)); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("the database folder Open made: %v, %v; want drwx------", st.Mode().Perm(), err)
+	}
 	// A file an older sluice left world-readable is made the owner's alone.
 	old := filepath.Join(t.TempDir(), "old.db")
 	if err := os.WriteFile(old, nil, 0o644); err != nil {
