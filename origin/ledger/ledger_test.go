@@ -62,11 +62,11 @@ func TestDatabaseFileIsTheOwnersAlone(t *testing.T) {
 	}
 	// A folder Open makes for the file is the owner's alone too.
 	nested := filepath.Join(t.TempDir(), "data", "sluice.db")
-	l, err := Open(context.Background(), nested, Options{})
-	if err != nil {
+	if fresh, err := Open(context.Background(), nested, Options{}); err != nil {
 		t.Fatal(err)
+	} else {
+		fresh.Close()
 	}
-	l.Close()
 	if st, err := os.Stat(filepath.Dir(nested)); err != nil || st.Mode().Perm() != 0o700 {
 		t.Errorf("the database folder Open made: %v, %v; want drwx------", st.Mode().Perm(), err)
 	}
