@@ -66,6 +66,16 @@ func startWorker(t *testing.T) (*httptest.Server, *memBuckets) {
 	return srv, mb
 }
 
+// setupOnFakeClock is a bundle on the fake clock whose edge lane, for
+// video.view_milestone, is the Worker at url, put on the same clock as the
+// dispatcher along with its buckets mb.
+func setupOnFakeClock(t *testing.T, url string, mb *memBuckets) *bundle {
+	t.Helper()
+	b := setup(t, true, withEdge(url, "video.view_milestone"))
+	mb.useClock(b.fake.Now)
+	return b
+}
+
 func withEdge(url string, types ...string) option {
 	return func(c *Config) {
 		ec, err := edgeclient.New(url, edgeSecret, nil, c.Clock.Now)
@@ -241,8 +251,7 @@ func TestAFailingWorkerIsNeverChargedAndTheOriginTakesOver(t *testing.T) {
 func TestOneLanesBacklogDoesNotHoldTheOtherLane(t *testing.T) {
 	t.Parallel()
 	w, mb := startWorker(t)
-	b := setup(t, true, withEdge(w.URL, "video.view_milestone"))
-	mb.useClock(b.fake.Now)
+	b := setupOnFakeClock(t, w.URL, mb)
 	rc := newReceiver(t, b.clock, nil)
 	b.subscriber("both", rc.URL, func(s *ledger.Subscriber) { s.Rate = ledger.Rate{PerSecond: 2, Burst: 2, EdgeShare: 0.5} })
 	b.send("t", "video.trending", 5)
@@ -263,8 +272,7 @@ func TestOneLanesBacklogDoesNotHoldTheOtherLane(t *testing.T) {
 func TestSavedBucketsNeedTheSameLanes(t *testing.T) {
 	t.Parallel()
 	w, mb := startWorker(t)
-	b := setup(t, true, withEdge(w.URL, "video.view_milestone"))
-	mb.useClock(b.fake.Now)
+	b := setupOnFakeClock(t, w.URL, mb)
 	rc := newReceiver(t, b.clock, nil)
 	b.subscriber("edgy", rc.URL, func(s *ledger.Subscriber) {
 		s.EventTypes, s.Rate = []string{"video.view_milestone"}, ledger.Rate{PerSecond: 1, Burst: 5}
@@ -305,8 +313,7 @@ func TestTheWorkersReturnAddsNoBurst(t *testing.T) {
 		proxy.ServeHTTP(rw, r)
 	}))
 	t.Cleanup(gate.Close)
-	b := setup(t, true, withEdge(gate.URL, "video.view_milestone"))
-	mb.useClock(b.fake.Now)
+	b := setupOnFakeClock(t, gate.URL, mb)
 	rc := newReceiver(t, b.clock, nil)
 	rate := ledger.Rate{PerSecond: 2, Burst: 2, EdgeShare: 0.5}
 	b.subscriber("edgy", rc.URL, func(s *ledger.Subscriber) {
