@@ -31,15 +31,20 @@ type Config struct {
 	Workers       int // attempts in flight in total (default 64)
 	PerSubscriber int // attempts in flight per subscriber (default max(4, Workers/4))
 	// FastSubscriber is the in-flight cap of a subscriber that answers
-	// quickly (default max(PerSubscriber, Workers/2)): its attempts give
-	// their workers back within milliseconds, so the cap that keeps a slow
-	// subscriber from holding them all would only limit its throughput.
+	// quickly (default: the pool less one PerSubscriber and the reserve,
+	// at least PerSubscriber). Its attempts give their workers back within
+	// milliseconds, so the cap that keeps a slow subscriber from holding
+	// them all would only limit its throughput; and should it stall with
+	// its cap out, a slow subscriber beside it still finds its whole cap
+	// free, with the reserve untouched. Half the pool was too few: at 5,000
+	// deliveries/s, 32 attempts in flight leave 6 ms per round trip, which
+	// a busy machine overruns, and the backlog then builds.
 	FastSubscriber int
 	RetryBase      time.Duration // full-jitter base (default 1s)
 	RetryCap       time.Duration // full-jitter cap (default 30m)
 	Breaker        breaker.Settings
 	ClaimBatch     int           // most deliveries one subscriber gets per claim (default 256)
-	Prefetch       int           // deliveries a fast subscriber may have claimed beyond its cap (default 256)
+	Prefetch       int           // deliveries a subscriber answering within a second may have claimed beyond its cap (default 1024)
 	DrainTimeout   time.Duration // how long Run waits for attempts in flight at shutdown (default 30s)
 	UserAgent      string
 
@@ -67,7 +72,7 @@ func (c *Config) defaults() {
 		c.PerSubscriber = max(4, c.Workers/4)
 	}
 	if c.FastSubscriber < c.PerSubscriber {
-		c.FastSubscriber = max(c.PerSubscriber, c.Workers/2)
+		c.FastSubscriber = max(c.PerSubscriber, c.Workers-c.PerSubscriber-reserveOf(c.Workers))
 	}
 	if c.RetryBase <= 0 {
 		c.RetryBase = time.Second
@@ -79,7 +84,7 @@ func (c *Config) defaults() {
 		c.ClaimBatch = 256
 	}
 	if c.Prefetch <= 0 {
-		c.Prefetch = 256
+		c.Prefetch = 1024
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 30 * time.Second
@@ -540,8 +545,12 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 
 // roomLocked is how many more deliveries a subscriber may take on (claimed
 // or admitted) beyond what it holds: its in-flight limit, plus the prefetch
-// that lets claims run ahead so a commit never leaves its workers idle. A
-// subscriber that has not answered yet, or whose attempts take a second or
+// that lets claims run ahead so a commit never leaves its workers idle. The
+// prefetch also lets the enqueue keep handing new deliveries over in flight
+// through a stall of a few hundred milliseconds: once room runs out they go
+// in pending, each then costs a claim's extra write, and every later one
+// waits for the claims to catch up (older work first), which under a steady
+// load they may not do for seconds. A subscriber that has not answered yet, or whose attempts take a second or
 // more, gets no prefetch: its backlog waits pending rather than claimed
 // (shown in flight) behind attempts that may take seconds, and a claim's
 // few milliseconds are nothing beside them. A half-open breaker gets its

@@ -365,9 +365,10 @@ func TestSlowAndFailingSubscribersDoNotDelayAFastOne(t *testing.T) {
 }
 
 // A subscriber whose attempts answer at once may use FastSubscriber workers
-// (8 here), not PerSubscriber (4): its cap is there to stop it holding
-// workers, and it gives them straight back. If it then stalls with all of
-// them out, the other workers are still free for the other subscribers.
+// (16 less a PerSubscriber of 4 and the reserve of 2: 10 here), not
+// PerSubscriber: its cap is there to stop it holding workers, and it gives
+// them straight back. If it then stalls with all of them out, a slow
+// subscriber beside it still gets its whole cap at once.
 func TestFastSubscriberUsesMoreWorkers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, 4 })
@@ -387,7 +388,8 @@ func TestFastSubscriberUsesMoreWorkers(t *testing.T) {
 		}
 		return http.StatusOK, nil
 	})
-	t.Cleanup(func() { close(release) })
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock)
 	b.subscriber("s", rc.URL, nil)
 	b.send("first", "t", 1)
 	b.settle()
@@ -396,23 +398,33 @@ func TestFastSubscriberUsesMoreWorkers(t *testing.T) {
 	}
 
 	b.send("e", "t", 30)
-	waitFor(t, 3*time.Second, "8 attempts in flight", func() bool { return now.Load() == 8 })
+	waitFor(t, 3*time.Second, "10 attempts in flight", func() bool { return now.Load() == 10 })
 	idle := b.d.Idle()
 	b.d.poke()
 	<-idle // the loop has looked again and found nothing it may start
-	if n := b.d.Snapshot()["s"].Inflight; n != 8 {
-		t.Fatalf("the dispatcher holds %d attempts in flight, want FastSubscriber = 8", n)
+	if n := b.d.Snapshot()["s"].Inflight; n != 10 {
+		t.Fatalf("the dispatcher holds %d attempts in flight, want FastSubscriber = 10", n)
 	}
-	if p := peak.Load(); p != 8 {
-		t.Fatalf("%d attempts in flight at most, want FastSubscriber = 8", p)
+	if p := peak.Load(); p != 10 {
+		t.Fatalf("%d attempts in flight at most, want FastSubscriber = 10", p)
 	}
 
-	other := newReceiver(t, b.clock, nil)
+	var otherOut atomic.Int64
+	other := newReceiver(t, b.clock, func(r *http.Request, _ int) (int, http.Header) {
+		otherOut.Add(1)
+		defer otherOut.Add(-1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return http.StatusOK, nil
+	})
+	t.Cleanup(unblock) // before its server closes, which waits for them
 	b.subscriber("other", other.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"u"} })
-	b.send("o", "u", 4)
-	waitFor(t, 3*time.Second, "the other subscriber's 4 deliveries", func() bool { return other.count() == 4 })
-	if n := now.Load(); n != 8 {
-		t.Fatalf("the stalled subscriber has %d attempts out, want its 8 still held", n)
+	b.send("o", "u", 6)
+	waitFor(t, 3*time.Second, "the other subscriber's 4 attempts at once", func() bool { return otherOut.Load() == 4 })
+	if n := now.Load(); n != 10 {
+		t.Fatalf("the stalled subscriber has %d attempts out, want its 10 still held", n)
 	}
 }
 
