@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -871,5 +872,73 @@ func TestAFreedWorkerGoesRound(t *testing.T) {
 	defer mu.Unlock()
 	if got := strings.Join(order[:3], ","); got != "a,b,c" {
 		t.Fatalf("the first three attempts went to %s, want a,b,c", got)
+	}
+}
+
+// A stop cannot hang on a database that refuses writes: past the drain
+// timeout the recorder gives up, and the outcome it could not record leaves
+// its delivery in flight, to go back to pending at the next start.
+func TestAStopGivesUpOnADatabaseThatRefusesWrites(t *testing.T) {
+	t.Parallel()
+	logs, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	b := setup(t, false, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	answer := make(chan struct{})
+	rc := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
+		<-answer
+		return http.StatusOK, nil
+	})
+	b.subscriber("s", rc.URL, nil)
+	b.send("e", "t", 1)
+	waitFor(t, 10*time.Second, "the attempt", func() bool { return rc.count() == 1 })
+
+	// Another connection holds the write lock: from now on every write of
+	// the ledger fails once its busy timeout has passed.
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", "file:"+b.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	lock, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if _, err := lock.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	close(answer) // the attempt succeeds; its outcome cannot be recorded
+
+	stopped := make(chan struct{})
+	go func(stop func()) {
+		defer close(stopped)
+		stop()
+	}(b.stop)
+	b.stop = func() {} // the cleanup must not wait for it again
+	select {
+	case <-stopped:
+	case <-time.After(time.Minute):
+		t.Fatal("the stop still waits a minute after the drain timeout of 200 ms")
+	}
+	var status string
+	if err := lock.QueryRowContext(ctx, `SELECT status FROM deliveries`).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if status != string(ledger.StatusInflight) {
+		t.Errorf("the delivery is %s, want still inflight: its outcome was never recorded", status)
+	}
+	if _, err := lock.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.ReadFile(logs.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "stopping with attempt outcomes unrecorded") || !strings.Contains(string(out), "outcomes=1") {
+		t.Errorf("no error naming the one outcome left unrecorded:\n%s", out)
 	}
 }

@@ -28,6 +28,7 @@ type bundle struct {
 	d     *Dispatcher
 	clock Clock
 	fake  *fakeclock.Clock // nil when running on the wall clock
+	path  string           // the database file
 	stop  func()
 }
 
@@ -43,7 +44,8 @@ func setup(t *testing.T, fake bool, opts ...option) *bundle {
 	} else {
 		b.clock, now = SystemClock{}, time.Now
 	}
-	l, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "sluice.db"), ledger.Options{Now: now})
+	b.path = filepath.Join(t.TempDir(), "sluice.db")
+	l, err := ledger.Open(context.Background(), b.path, ledger.Options{Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
