@@ -411,7 +411,14 @@ func (l *Ledger) commit(batch []op) {
 	results := make([]error, len(batch))
 	err := func() error {
 		if _, err := l.stmts.begin.ExecContext(ctx); err != nil {
-			return err
+			// A ROLLBACK that failed leaves its transaction open, and every
+			// BEGIN after it would fail: end it and begin again.
+			if _, rerr := l.stmts.rollback.ExecContext(ctx); rerr != nil {
+				return err
+			}
+			if _, err := l.stmts.begin.ExecContext(ctx); err != nil {
+				return err
+			}
 		}
 		for i, o := range batch {
 			if err := o.fn(ctx, w); err != nil {

@@ -297,3 +297,23 @@ func TestTakeSettingReadsOnce(t *testing.T) {
 		}
 	}
 }
+
+// A transaction left open on the writer connection (a ROLLBACK that
+// failed) does not wedge the write loop: the next batch ends it and
+// commits.
+func TestAWriteAfterATransactionLeftOpenCommits(t *testing.T) {
+	t.Parallel()
+	l, _, _ := open(t)
+	ctx := context.Background()
+	// Leave a transaction open the way a failed ROLLBACK would (the write
+	// loop is idle: nothing else uses its connection now).
+	if _, err := l.stmts.begin.ExecContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetSetting(ctx, "k", "v"); err != nil {
+		t.Fatalf("a write after a transaction was left open: %v", err)
+	}
+	if got, err := l.TakeSetting(ctx, "k"); err != nil || got != "v" {
+		t.Fatalf("setting = %q, %v; want v", got, err)
+	}
+}
