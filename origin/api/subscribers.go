@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/rand"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -41,8 +42,8 @@ type subscriberInput struct {
 	URL         *string    `json:"url"`
 	EventTypes  *[]string  `json:"event_types"`
 	Rate        *rateInput `json:"rate"`
-	MaxAttempts *int       `json:"max_attempts"`
-	TimeoutMS   *int       `json:"timeout_ms"`
+	MaxAttempts *float64   `json:"max_attempts"` // any JSON number: 1e3 or 1.5 is a bad value (422), not bad JSON
+	TimeoutMS   *float64   `json:"timeout_ms"`
 	Secret      *string    `json:"secret"`
 	Paused      *bool      `json:"paused"`
 }
@@ -103,22 +104,32 @@ func (s *Server) apply(c echo.Context, in subscriberInput, sub *ledger.Subscribe
 		}
 	}
 	if in.MaxAttempts != nil {
-		if *in.MaxAttempts < 1 || *in.MaxAttempts > maxAttemptsLimit {
-			return invalid("max_attempts must be between 1 and %d", maxAttemptsLimit)
+		n, ok := wholeIn(*in.MaxAttempts, 1, maxAttemptsLimit)
+		if !ok {
+			return invalid("max_attempts must be a whole number between 1 and %d", maxAttemptsLimit)
 		}
-		next.MaxAttempts = *in.MaxAttempts
+		next.MaxAttempts = n
 	}
 	if in.TimeoutMS != nil {
-		if *in.TimeoutMS < minTimeoutMS || *in.TimeoutMS > maxTimeoutMS {
-			return invalid("timeout_ms must be between %d and %d", minTimeoutMS, maxTimeoutMS)
+		n, ok := wholeIn(*in.TimeoutMS, minTimeoutMS, maxTimeoutMS)
+		if !ok {
+			return invalid("timeout_ms must be a whole number between %d and %d", minTimeoutMS, maxTimeoutMS)
 		}
-		next.TimeoutMS = *in.TimeoutMS
+		next.TimeoutMS = n
 	}
 	if in.Paused != nil {
 		next.Paused = *in.Paused
 	}
 	*sub = next
 	return nil
+}
+
+// wholeIn returns v as an int when it is a whole number from lo to hi.
+func wholeIn(v float64, lo, hi int) (int, bool) {
+	if v != math.Trunc(v) || v < float64(lo) || v > float64(hi) {
+		return 0, false
+	}
+	return int(v), true
 }
 
 func (s *Server) createSubscriber(c echo.Context) error {

@@ -560,7 +560,7 @@ func TestClientErrors(t *testing.T) {
 	t.Run("the API refuses a value", func(t *testing.T) {
 		t.Parallel()
 		r := o.sluice("subscribers", "add", "--url", "http://127.0.0.1:9/hook", "--max-attempts", "0")
-		if r.code() != 1 || r.message() != "sluice: 422 invalid_value: max_attempts must be between 1 and 100" {
+		if r.code() != 1 || r.message() != "sluice: 422 invalid_value: max_attempts must be a whole number between 1 and 100" {
 			t.Errorf("add --max-attempts 0: %s", r)
 		}
 	})
