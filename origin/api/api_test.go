@@ -516,6 +516,33 @@ func TestIdempotentEnqueue(t *testing.T) {
 	}
 }
 
+// --max-body limits each event of a batch, not the batch: twenty events
+// just under a 1 KiB limit go in together. The whole body has its own
+// bound, 16 MiB here.
+func TestBatchLimitsEachEventNotTheWhole(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *api.Config) { c.MaxBody = 1024 })
+	events := make([]string, 20)
+	for i := range events {
+		events[i] = fmt.Sprintf(`{"id":"big-%02d","type":"t.x","pad":%q}`, i, strings.Repeat("x", 900))
+	}
+	var res batchJSON
+	b.do(t, "POST", "/v1/events/batch", `{"events":[`+strings.Join(events, ",")+`]}`, http.StatusAccepted, &res)
+	if res.Accepted != 20 {
+		t.Errorf("batch = %+v, want 20 accepted", res)
+	}
+
+	// 17 MiB of whitespace around one small event.
+	huge := `{"events":[{"id":"huge","type":"t.x"}` + strings.Repeat(" ", 17<<20) + `]}`
+	r := b.call(t, "POST", "/v1/events/batch", huge, nil)
+	if r.status != http.StatusRequestEntityTooLarge || !strings.Contains(string(r.body), "too_large") {
+		t.Errorf("a 17 MiB batch: %d %s, want 413 too_large", r.status, r.body)
+	}
+	if got := b.call(t, "GET", "/v1/events/huge", "", nil); got.status != http.StatusNotFound {
+		t.Errorf("the refused batch stored its event: GET answered %d", got.status)
+	}
+}
+
 func TestFanOutByEventType(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

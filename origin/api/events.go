@@ -35,7 +35,7 @@ func (s *Server) postEvent(c echo.Context) error {
 }
 
 func (s *Server) postBatch(c echo.Context) error {
-	body, err := readBody(c, s.MaxBody*batchBodyFactor)
+	body, err := readBody(c, max(s.MaxBody*batchBodyFactor, minBatchBody))
 	if err != nil {
 		return err
 	}

@@ -61,8 +61,12 @@ type Server struct {
 const (
 	defaultMaxBody = 256 << 10
 	maxBatchEvents = 1000
-	// batchBodyFactor sizes a batch's body limit from the per-event limit.
+	// A batch's body is limited to the larger of batchBodyFactor events at
+	// the per-event limit and minBatchBody: --max-body limits each event,
+	// and 1,000 ordinary events are never refused for their total, while
+	// one request still cannot hold 1,000 events at the limit (256 MiB).
 	batchBodyFactor = 16
+	minBatchBody    = 16 << 20
 	defaultPage     = 50
 	maxPage         = 1000
 )
