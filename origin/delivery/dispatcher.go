@@ -135,9 +135,9 @@ type Dispatcher struct {
 	unrecorded    int
 	maxUnrecorded int
 	// reserve is how many free workers only a subscriber with nothing in
-	// flight, or a fast one, may take: however many slow subscribers fill
-	// their caps, a quiet one still finds a worker, and every subscriber
-	// still gets one in its turn.
+	// flight may take: however many slow subscribers fill their caps, and
+	// however many fast ones stall at once with theirs out, a quiet one
+	// still finds a worker, and every subscriber still gets one in its turn.
 	reserve int
 	turn    int // where dispatchLocked next starts in order
 	// attemptCtx outlives Run's context so shutdown can let attempts
@@ -659,7 +659,9 @@ func (d *Dispatcher) limitLocked(s *sub, now time.Time) (int, time.Time) {
 		d.persistState(s)
 	}
 	if limit == breaker.Unlimited {
-		if s.fast(now) {
+		// A subscriber failing fast is not sent more at once: its breaker
+		// should open with as few attempts out as the cap allows.
+		if s.fast(now) && s.cfg.Breaker.Failures == 0 {
 			return d.cfg.FastSubscriber, until
 		}
 		return d.cfg.PerSubscriber, until
@@ -731,8 +733,7 @@ func (d *Dispatcher) start(reqs []ledger.ClaimRequest, res []ledger.ClaimResult,
 // taking subscribers in turn, from where the last start left off, so one
 // long queue cannot take every worker and a worker freed one at a time goes
 // round rather than to the first subscriber with work. The last free
-// workers (the reserve) go only to subscribers with nothing in flight, or
-// fast ones, which give them back within milliseconds.
+// workers (the reserve) go only to subscribers with nothing in flight.
 func (d *Dispatcher) dispatchLocked(now time.Time) {
 	if d.stopping {
 		return
@@ -750,7 +751,7 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			if len(s.queue) == 0 || s.cfg.Paused || s.cfg.PausedUntil.After(now) {
 				continue
 			}
-			if d.free <= d.reserve && s.inflight > 0 && !s.fast(now) {
+			if d.free <= d.reserve && s.inflight > 0 {
 				continue
 			}
 			if limit, _ := d.limitLocked(s, now); s.inflight >= limit {

@@ -833,6 +833,94 @@ func TestSlowSubscribersLeaveTheReserve(t *testing.T) {
 	waitFor(t, 3*time.Second, "the fast subscriber's deliveries beside the hanging ones", func() bool { return fast.count() == 3 })
 }
 
+// Fast subscribers that stall together with their caps out leave the
+// reserve too: with 16 workers, the first takes its 10, the second the 4
+// above the reserve of 2, and a third subscriber still gets its deliveries.
+func TestStalledFastSubscribersLeaveTheReserve(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, 4 })
+	release := make(chan struct{})
+	var hanging atomic.Int64
+	stalling := func(r *http.Request, n int) (int, http.Header) {
+		if n == 1 {
+			return http.StatusOK, nil // answered at once: the subscriber is fast
+		}
+		hanging.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return http.StatusOK, nil
+	}
+	f1, f2 := newReceiver(t, b.clock, stalling), newReceiver(t, b.clock, stalling)
+	t.Cleanup(func() { close(release) })
+	b.subscriber("f1", f1.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"f1"} })
+	b.subscriber("f2", f2.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"f2"} })
+	b.send("first1", "f1", 1)
+	b.send("first2", "f2", 1)
+	b.settle()
+	b.send("a", "f1", 30)
+	b.send("b", "f2", 30)
+	waitFor(t, 10*time.Second, "the fast subscribers' attempts", func() bool { return hanging.Load() >= 14 })
+	idle := b.d.Idle()
+	b.d.poke()
+	<-idle // the loop has looked again and found nothing it may start
+	if n, max := hanging.Load(), int64(16-reserveOf(16)); n > max {
+		t.Fatalf("the stalled fast subscribers hold %d workers, want at most %d: the reserve is not theirs", n, max)
+	}
+	other := newReceiver(t, b.clock, nil)
+	b.subscriber("other", other.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"o"} })
+	b.send("o", "o", 3)
+	waitFor(t, 3*time.Second, "the third subscriber's deliveries beside the stalled ones", func() bool { return other.count() == 3 })
+}
+
+// A subscriber whose last answer was a failure gets PerSubscriber, not the
+// fast cap, however quickly it fails: its breaker should open with as few
+// attempts out as possible.
+func TestAFailingSubscriberIsNotSentMoreAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true, func(c *Config) {
+		c.Workers, c.PerSubscriber = 16, 4
+		c.Breaker.Threshold = 100 // this test is about the cap, not the breaker
+	})
+	release := make(chan struct{})
+	var now, peak atomic.Int64
+	rc := newReceiver(t, b.clock, func(r *http.Request, n int) (int, http.Header) {
+		switch n {
+		case 1:
+			return http.StatusOK, nil // fast
+		case 2:
+			return http.StatusInternalServerError, nil // fast, and failing
+		}
+		c := now.Add(1)
+		defer now.Add(-1)
+		for m := peak.Load(); c > m && !peak.CompareAndSwap(m, c); m = peak.Load() {
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return http.StatusOK, nil
+	})
+	t.Cleanup(func() { close(release) })
+	b.subscriber("s", rc.URL, nil)
+	b.send("ok", "t", 1)
+	b.settle()
+	b.send("bad", "t", 1)
+	b.settle()
+	if rc.count() != 2 {
+		t.Fatalf("%d requests, want a success and a failure", rc.count())
+	}
+	b.send("e", "t", 30)
+	waitFor(t, 3*time.Second, "4 attempts in flight", func() bool { return now.Load() >= 4 })
+	idle := b.d.Idle()
+	b.d.poke()
+	<-idle
+	if p := peak.Load(); p != 4 {
+		t.Fatalf("%d attempts in flight at most after a failure, want PerSubscriber = 4", p)
+	}
+}
+
 // A worker freed one at a time goes round the subscribers with work, not
 // back to the first of them: with one worker, the third subscriber's
 // delivery goes third, not after the first two subscribers' backlogs.
