@@ -44,7 +44,8 @@ type Config struct {
 	RetryCap       time.Duration // full-jitter cap (default 30m)
 	Breaker        breaker.Settings
 	ClaimBatch     int           // most deliveries one subscriber gets per claim (default 256)
-	Prefetch       int           // deliveries a subscriber answering within a second may have claimed beyond its cap (default 1024)
+	Prefetch       int           // deliveries a subscriber answering within a second may have claimed beyond its cap (default 256)
+	HandoffAhead   int           // Prefetch for the enqueue's hand-off, whose bodies are in memory already (default 1024)
 	DrainTimeout   time.Duration // how long Run waits for attempts in flight at shutdown (default 30s)
 	UserAgent      string
 
@@ -84,7 +85,10 @@ func (c *Config) defaults() {
 		c.ClaimBatch = 256
 	}
 	if c.Prefetch <= 0 {
-		c.Prefetch = 1024
+		c.Prefetch = 256
+	}
+	if c.HandoffAhead <= 0 {
+		c.HandoffAhead = 1024
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 30 * time.Second
@@ -516,7 +520,7 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 			wakeAt(until)
 			continue
 		}
-		room := d.roomLocked(s, limit)
+		room := d.roomLocked(s, limit, d.cfg.Prefetch)
 		tokens, wait := d.tokensLocked(s, now)
 		if tokens <= 0 {
 			if len(s.queue) == 0 && s.admitted == 0 {
@@ -544,21 +548,22 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 }
 
 // roomLocked is how many more deliveries a subscriber may take on (claimed
-// or admitted) beyond what it holds: its in-flight limit, plus the prefetch
-// that lets claims run ahead so a commit never leaves its workers idle. The
-// prefetch also lets the enqueue keep handing new deliveries over in flight
-// through a stall of a few hundred milliseconds: once room runs out they go
-// in pending, each then costs a claim's extra write, and every later one
-// waits for the claims to catch up (older work first), which under a steady
-// load they may not do for seconds. A subscriber that has not answered yet, or whose attempts take a second or
-// more, gets no prefetch: its backlog waits pending rather than claimed
-// (shown in flight) behind attempts that may take seconds, and a claim's
-// few milliseconds are nothing beside them. A half-open breaker gets its
-// probe alone.
-func (d *Dispatcher) roomLocked(s *sub, limit int) int {
+// or admitted) beyond what it holds: its in-flight limit, plus ahead, the
+// prefetch that lets claims run ahead so a commit never leaves its workers
+// idle. The enqueue's hand-off gets the larger HandoffAhead, so that it
+// keeps handing new deliveries over in flight through a stall of a few
+// hundred milliseconds: once room runs out they go in pending, each then
+// costs a claim's extra write, and every later one waits for the claims to
+// catch up (older work first), which under a steady load they may not do
+// for seconds. A subscriber that has not answered yet, or whose attempts
+// take a second or more, gets nothing ahead: its backlog waits pending
+// rather than claimed (shown in flight) behind attempts that may take
+// seconds, and a claim's few milliseconds are nothing beside them. A
+// half-open breaker gets its probe alone.
+func (d *Dispatcher) roomLocked(s *sub, limit, ahead int) int {
 	room := limit - s.inflight - len(s.queue) - s.admitted
 	if limit >= d.cfg.PerSubscriber && s.answerTime > 0 && s.answerTime < slowAnswer {
-		room += d.cfg.Prefetch
+		room += ahead
 	}
 	return room
 }
@@ -591,7 +596,7 @@ func (d *Dispatcher) Admit(subscriberID string, n int, now time.Time) (int, time
 		return 0, time.Time{} // breaker open or probing
 	}
 	tokens, _ := d.tokensLocked(s, now)
-	a := max(0, min(n, tokens, d.roomLocked(s, limit)))
+	a := max(0, min(n, tokens, d.roomLocked(s, limit, d.cfg.HandoffAhead)))
 	s.admitted += a
 	d.admits.Add(a)
 	return a, now.Add(time.Duration(s.cfg.TimeoutMS)*time.Millisecond + leaseMargin)

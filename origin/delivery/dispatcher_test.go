@@ -865,7 +865,8 @@ func TestStalledFastSubscribersLeaveTheReserve(t *testing.T) {
 	idle := b.d.Idle()
 	b.d.poke()
 	<-idle // the loop has looked again and found nothing it may start
-	if n, max := hanging.Load(), int64(16-reserveOf(16)); n > max {
+	snap := b.d.Snapshot()
+	if n, max := snap["f1"].Inflight+snap["f2"].Inflight, 16-reserveOf(16); n > max {
 		t.Fatalf("the stalled fast subscribers hold %d workers, want at most %d: the reserve is not theirs", n, max)
 	}
 	other := newReceiver(t, b.clock, nil)
@@ -916,6 +917,9 @@ func TestAFailingSubscriberIsNotSentMoreAtOnce(t *testing.T) {
 	idle := b.d.Idle()
 	b.d.poke()
 	<-idle
+	if n := b.d.Snapshot()["s"].Inflight; n != 4 {
+		t.Fatalf("the dispatcher holds %d attempts in flight after a failure, want PerSubscriber = 4", n)
+	}
 	if p := peak.Load(); p != 4 {
 		t.Fatalf("%d attempts in flight at most after a failure, want PerSubscriber = 4", p)
 	}
@@ -986,7 +990,7 @@ func TestAStopGivesUpOnADatabaseThatRefusesWrites(t *testing.T) {
 	// Another connection holds the write lock: from now on every write of
 	// the ledger fails once its busy timeout has passed.
 	ctx := context.Background()
-	db, err := sql.Open("sqlite", "file:"+b.path)
+	db, err := sql.Open("sqlite", "file:"+b.path+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}
