@@ -532,7 +532,13 @@ func TestBatchLimitsEachEventNotTheWhole(t *testing.T) {
 		t.Errorf("batch = %+v, want 20 accepted", res)
 	}
 
-	// 17 MiB of whitespace around one small event.
+	// Whitespace around one small event: just under 16 MiB goes in, 17 MiB
+	// does not.
+	nearly := `{"events":[{"id":"nearly","type":"t.x"}` + strings.Repeat(" ", 16<<20-64) + `]}`
+	b.do(t, "POST", "/v1/events/batch", nearly, http.StatusAccepted, &res)
+	if res.Accepted != 1 {
+		t.Errorf("a batch just under 16 MiB = %+v, want 1 accepted", res)
+	}
 	huge := `{"events":[{"id":"huge","type":"t.x"}` + strings.Repeat(" ", 17<<20) + `]}`
 	r := b.call(t, "POST", "/v1/events/batch", huge, nil)
 	if r.status != http.StatusRequestEntityTooLarge || !strings.Contains(string(r.body), "too_large") {

@@ -75,6 +75,8 @@ var badCases = []badCase{
 	{name: "subscriber timeout_ms 10", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","timeout_ms":10}`, status: 422, message: "timeout_ms"},
 	{name: "subscriber max_attempts 1.5", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","max_attempts":1.5}`, status: 422, message: "max_attempts must be a whole number"},
 	{name: "subscriber max_attempts beyond int64", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","max_attempts":99999999999999999999}`, status: 422, message: "max_attempts"},
+	{name: "subscriber max_attempts 1e400", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","max_attempts":1e400}`, status: 422, message: "max_attempts is out of range"},
+	{name: "subscriber rate 1e400", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","rate":{"per_second":1e400}}`, status: 422, message: "rate.per_second is out of range"},
 	{name: "subscriber timeout_ms 1e12", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","timeout_ms":1e12}`, status: 422, message: "timeout_ms"},
 	{name: "subscriber event_types empty", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","event_types":[]}`, status: 422, message: "event_types"},
 	{name: "subscriber event_types bad", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","event_types":["video.trending","bad type!"]}`, status: 422, message: "event_types"},

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -181,6 +182,12 @@ func decodeStrict(body []byte, v any) error {
 	dec := json.NewDecoder(strings.NewReader(text))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		// A number too big for its field (1e400) is valid JSON with a bad
+		// value; a number where a string belongs is the wrong type.
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" && strings.HasPrefix(te.Value, "number ") && te.Type.Kind() == reflect.Float64 {
+			return invalid("%s is out of range", te.Field)
+		}
 		return badRequest("invalid JSON: %s", jsonReason(err))
 	}
 	return nil

@@ -85,6 +85,10 @@ func (b *byteSize) String() string {
 	}
 }
 
+// maxByteSize bounds --max-body far below where a batch's limit, 16 times
+// it, would overflow.
+const maxByteSize = 1 << 30
+
 func (b *byteSize) Set(s string) error {
 	units := []struct {
 		suffix string
@@ -98,8 +102,8 @@ func (b *byteSize) Set(s string) error {
 		}
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-	if err != nil || n <= 0 {
-		return errors.New("want a positive size such as 256KiB, 1MiB or 65536")
+	if err != nil || n <= 0 || n > maxByteSize/mult {
+		return errors.New("want a positive size up to 1024MiB, such as 256KiB, 1MiB or 65536")
 	}
 	*b = byteSize(n * mult)
 	return nil
