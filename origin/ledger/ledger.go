@@ -323,7 +323,8 @@ func (l *Ledger) submit(ctx context.Context, o op) error {
 // cores, batches of 8 within 200 µs made ~950 commits a second and the
 // writer fell behind in bursts (p99 enqueue→delivery 32–85 ms); 32 within
 // 1 ms make ~350 and keep p99 near what a bare relay shows on the same
-// machine. A lone write waits the whole 1 ms.
+// machine. Only a batch that starts within lingerFor of the last commit
+// waits: one write after a quiet spell has no company coming.
 const (
 	lingerBelow = 32
 	lingerFor   = time.Millisecond
@@ -334,6 +335,7 @@ func (l *Ledger) writeLoop() {
 	batch := make([]op, 0, maxBatch)
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
+	var committed time.Time // when the last batch committed
 	for {
 		var first op
 		select {
@@ -359,7 +361,8 @@ func (l *Ledger) writeLoop() {
 				break fill
 			}
 		}
-		if len(batch) < lingerBelow && !slices.ContainsFunc(batch, func(o op) bool { return o.urgent }) {
+		if len(batch) < lingerBelow && time.Since(committed) < lingerFor &&
+			!slices.ContainsFunc(batch, func(o op) bool { return o.urgent }) {
 			linger.Reset(lingerFor)
 		wait:
 			for len(batch) < maxBatch {
@@ -376,6 +379,7 @@ func (l *Ledger) writeLoop() {
 			linger.Stop()
 		}
 		l.commit(batch)
+		committed = time.Now()
 	}
 }
 
@@ -411,8 +415,8 @@ func (l *Ledger) commit(batch []op) {
 	results := make([]error, len(batch))
 	err := func() error {
 		if _, err := l.stmts.begin.ExecContext(ctx); err != nil {
-			// A ROLLBACK that failed leaves its transaction open, and every
-			// BEGIN after it would fail: end it and begin again.
+			// A ROLLBACK that failed leaves its transaction open, and this
+			// BEGIN fails: end it and begin again rather than fail the batch.
 			if _, rerr := l.stmts.rollback.ExecContext(ctx); rerr != nil {
 				return err
 			}

@@ -299,7 +299,7 @@ func TestTakeSettingReadsOnce(t *testing.T) {
 }
 
 // A transaction left open on the writer connection (a ROLLBACK that
-// failed) does not wedge the write loop: the next batch ends it and
+// failed) does not fail the next batch: it ends that transaction and
 // commits.
 func TestAWriteAfterATransactionLeftOpenCommits(t *testing.T) {
 	t.Parallel()
