@@ -373,20 +373,13 @@ func TestSlowAndFailingSubscribersDoNotDelayAFastOne(t *testing.T) {
 func TestFastSubscriberUsesMoreWorkers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, 4 })
-	var now, peak atomic.Int64
+	var held gauge
 	release := make(chan struct{})
 	rc := newReceiver(t, b.clock, func(r *http.Request, n int) (int, http.Header) {
 		if n == 1 {
 			return http.StatusOK, nil // answered at once: the subscriber is fast
 		}
-		c := now.Add(1)
-		defer now.Add(-1)
-		for m := peak.Load(); c > m && !peak.CompareAndSwap(m, c); m = peak.Load() {
-		}
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
+		held.hold(r, release)
 		return http.StatusOK, nil
 	})
 	unblock := sync.OnceFunc(func() { close(release) })
@@ -399,32 +392,25 @@ func TestFastSubscriberUsesMoreWorkers(t *testing.T) {
 	}
 
 	b.send("e", "t", 30)
-	waitFor(t, 3*time.Second, "10 attempts in flight", func() bool { return now.Load() == 10 })
-	idle := b.d.Idle()
-	b.d.poke()
-	<-idle // the loop has looked again and found nothing it may start
+	waitFor(t, 3*time.Second, "10 attempts in flight", func() bool { return held.now.Load() == 10 })
+	b.looked()
 	if n := b.d.Snapshot()["s"].Inflight; n != 10 {
 		t.Fatalf("the dispatcher holds %d attempts in flight, want FastSubscriber = 10", n)
 	}
-	if p := peak.Load(); p != 10 {
+	if p := held.peak.Load(); p != 10 {
 		t.Fatalf("%d attempts in flight at most, want FastSubscriber = 10", p)
 	}
 
-	var otherOut atomic.Int64
+	var otherHeld gauge
 	other := newReceiver(t, b.clock, func(r *http.Request, _ int) (int, http.Header) {
-		otherOut.Add(1)
-		defer otherOut.Add(-1)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
+		otherHeld.hold(r, release)
 		return http.StatusOK, nil
 	})
 	t.Cleanup(unblock) // before its server closes, which waits for them
 	b.subscriber("other", other.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"u"} })
 	b.send("o", "u", 6)
-	waitFor(t, 3*time.Second, "the other subscriber's 4 attempts at once", func() bool { return otherOut.Load() == 4 })
-	if n := now.Load(); n != 10 {
+	waitFor(t, 3*time.Second, "the other subscriber's 4 attempts at once", func() bool { return otherHeld.now.Load() == 4 })
+	if n := held.now.Load(); n != 10 {
 		t.Fatalf("the stalled subscriber has %d attempts out, want its 10 still held", n)
 	}
 }
@@ -785,9 +771,7 @@ func TestANewSubscriberClaimsNothingAhead(t *testing.T) {
 	b.subscriber("new", rc.URL, nil)
 	b.send("e", "t", 100)
 	waitFor(t, 10*time.Second, "a round of attempts", func() bool { return rc.count() == perSub })
-	idle := b.d.Idle()
-	b.d.poke()
-	<-idle // the loop has looked again and found nothing more to claim
+	b.looked()
 	stats, err := b.l.Counts(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -821,16 +805,11 @@ func TestSlowSubscribersLeaveTheReserve(t *testing.T) {
 	}
 	b.send("s", "slow", 20)
 	waitFor(t, 10*time.Second, "the slow subscribers' attempts", func() bool { return hanging.Load() >= 14 })
-	idle := b.d.Idle()
-	b.d.poke()
-	<-idle // the loop has looked again and found nothing it may start
+	b.looked()
 	if n, max := hanging.Load(), int64(16-reserveOf(16)+1); n > max {
 		t.Fatalf("the slow subscribers hold %d workers, want at most %d (the fifth takes one from the reserve)", n, max)
 	}
-	fast := newReceiver(t, b.clock, nil)
-	b.subscriber("fast", fast.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"fast"} })
-	b.send("f", "fast", 3)
-	waitFor(t, 3*time.Second, "the fast subscriber's deliveries beside the hanging ones", func() bool { return fast.count() == 3 })
+	b.servedBeside("fast", 3)
 }
 
 // Fast subscribers that stall together with their caps out leave the
@@ -862,17 +841,12 @@ func TestStalledFastSubscribersLeaveTheReserve(t *testing.T) {
 	b.send("a", "f1", 30)
 	b.send("b", "f2", 30)
 	waitFor(t, 10*time.Second, "the fast subscribers' attempts", func() bool { return hanging.Load() >= 14 })
-	idle := b.d.Idle()
-	b.d.poke()
-	<-idle // the loop has looked again and found nothing it may start
+	b.looked()
 	snap := b.d.Snapshot()
 	if n, max := snap["f1"].Inflight+snap["f2"].Inflight, 16-reserveOf(16); n > max {
 		t.Fatalf("the stalled fast subscribers hold %d workers, want at most %d: the reserve is not theirs", n, max)
 	}
-	other := newReceiver(t, b.clock, nil)
-	b.subscriber("other", other.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"o"} })
-	b.send("o", "o", 3)
-	waitFor(t, 3*time.Second, "the third subscriber's deliveries beside the stalled ones", func() bool { return other.count() == 3 })
+	b.servedBeside("other", 3)
 }
 
 // A subscriber whose last answer was a failure gets PerSubscriber, not the
@@ -885,7 +859,7 @@ func TestAFailingSubscriberIsNotSentMoreAtOnce(t *testing.T) {
 		c.Breaker.Threshold = 100 // this test is about the cap, not the breaker
 	})
 	release := make(chan struct{})
-	var now, peak atomic.Int64
+	var held gauge
 	rc := newReceiver(t, b.clock, func(r *http.Request, n int) (int, http.Header) {
 		switch n {
 		case 1:
@@ -893,14 +867,7 @@ func TestAFailingSubscriberIsNotSentMoreAtOnce(t *testing.T) {
 		case 2:
 			return http.StatusInternalServerError, nil // fast, and failing
 		}
-		c := now.Add(1)
-		defer now.Add(-1)
-		for m := peak.Load(); c > m && !peak.CompareAndSwap(m, c); m = peak.Load() {
-		}
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
+		held.hold(r, release)
 		return http.StatusOK, nil
 	})
 	t.Cleanup(func() { close(release) })
@@ -913,14 +880,12 @@ func TestAFailingSubscriberIsNotSentMoreAtOnce(t *testing.T) {
 		t.Fatalf("%d requests, want a success and a failure", rc.count())
 	}
 	b.send("e", "t", 30)
-	waitFor(t, 3*time.Second, "4 attempts in flight", func() bool { return now.Load() >= 4 })
-	idle := b.d.Idle()
-	b.d.poke()
-	<-idle
+	waitFor(t, 3*time.Second, "4 attempts in flight", func() bool { return held.now.Load() >= 4 })
+	b.looked()
 	if n := b.d.Snapshot()["s"].Inflight; n != 4 {
 		t.Fatalf("the dispatcher holds %d attempts in flight after a failure, want PerSubscriber = 4", n)
 	}
-	if p := peak.Load(); p != 4 {
+	if p := held.peak.Load(); p != 4 {
 		t.Fatalf("%d attempts in flight at most after a failure, want PerSubscriber = 4", p)
 	}
 }

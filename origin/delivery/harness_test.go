@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,6 +131,25 @@ func (b *bundle) settle() {
 	}
 }
 
+// looked waits until the dispatcher's loop has looked again at things as
+// they are now and found nothing more it may claim or start.
+func (b *bundle) looked() {
+	idle := b.d.Idle()
+	b.d.poke()
+	<-idle
+}
+
+// servedBeside creates subscriber id, answering at once, for events of type
+// id, sends it n events and waits for all of them: the subscribers already
+// there leave it workers.
+func (b *bundle) servedBeside(id string, n int) {
+	b.t.Helper()
+	rc := newReceiver(b.t, b.clock, nil)
+	b.subscriber(id, rc.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{id} })
+	b.send(id, id, n)
+	waitFor(b.t, 3*time.Second, "the deliveries of "+id+" beside the others", func() bool { return rc.count() == n })
+}
+
 // step advances the fake clock by d in increments of tick, settling after each.
 func (b *bundle) step(d, tick time.Duration) {
 	b.t.Helper()
@@ -183,6 +203,21 @@ func (rc *receiver) times() []time.Time {
 	out := append([]time.Time(nil), rc.arrivals...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
 	return out
+}
+
+// gauge counts the requests a receiver holds open, and the most at once.
+type gauge struct{ now, peak atomic.Int64 }
+
+// hold keeps r open until release closes or the attempt gives up.
+func (g *gauge) hold(r *http.Request, release <-chan struct{}) {
+	c := g.now.Add(1)
+	defer g.now.Add(-1)
+	for m := g.peak.Load(); c > m && !g.peak.CompareAndSwap(m, c); m = g.peak.Load() {
+	}
+	select {
+	case <-release:
+	case <-r.Context().Done():
+	}
 }
 
 // waitFor polls cond on the wall clock, for tests that run in real time.
