@@ -747,13 +747,7 @@ func TestASlowSubscriberClaimsNothingAhead(t *testing.T) {
 	b.settle()
 	b.send("e", "t", 100)
 	waitFor(t, 10*time.Second, "a round of attempts", func() bool { return rc.count() == 1+perSub })
-	stats, err := b.l.Counts(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st := stats["slow"]; st == nil || st.Inflight != perSub || st.Pending != 100-perSub {
-		t.Fatalf("slow subscriber %+v, want %d in flight and the rest pending", st, perSub)
-	}
+	b.claimedOnly("slow", perSub, 100-perSub)
 }
 
 // Nor does a subscriber that has not answered yet claim the prefetch: until
@@ -771,14 +765,7 @@ func TestANewSubscriberClaimsNothingAhead(t *testing.T) {
 	b.subscriber("new", rc.URL, nil)
 	b.send("e", "t", 100)
 	waitFor(t, 10*time.Second, "a round of attempts", func() bool { return rc.count() == perSub })
-	b.looked()
-	stats, err := b.l.Counts(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st := stats["new"]; st == nil || st.Inflight != perSub || st.Pending != 100-perSub {
-		t.Fatalf("new subscriber %+v, want %d in flight and the rest pending", st, perSub)
-	}
+	b.claimedOnly("new", perSub, 100-perSub)
 }
 
 // However many slow subscribers fill their caps, the last workers (the

@@ -139,6 +139,21 @@ func (b *bundle) looked() {
 	<-idle
 }
 
+// claimedOnly checks, once the loop has looked again, that the ledger holds
+// inflight deliveries of subscriber id in flight and pending ones pending:
+// what it has not claimed stays pending.
+func (b *bundle) claimedOnly(id string, inflight, pending int) {
+	b.t.Helper()
+	b.looked()
+	stats, err := b.l.Counts(context.Background())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if st := stats[id]; st == nil || st.Inflight != inflight || st.Pending != pending {
+		b.t.Fatalf("subscriber %s: %+v, want %d in flight and %d pending", id, st, inflight, pending)
+	}
+}
+
 // servedBeside creates subscriber id, answering at once, for events of type
 // id, sends it n events and waits for all of them: the subscribers already
 // there leave it workers.
