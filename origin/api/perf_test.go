@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -46,7 +47,7 @@ func newPerfStack(b *testing.B) *perfStack {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
-	srv := httptest.NewServer(api.New(api.Config{Ledger: l, Dispatcher: d, Egress: policy, Token: "bench", Logger: quiet}))
+	srv := httptest.NewServer(api.New(api.Config{Ledger: l, Dispatcher: d, Egress: policy, TokenSHA256: sha256.Sum256([]byte("bench")), Logger: quiet}))
 	b.Cleanup(func() {
 		srv.Close()
 		cancel()

@@ -5,6 +5,7 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -40,12 +41,15 @@ type Config struct {
 	Ledger     *ledger.Ledger
 	Dispatcher Dispatcher
 	Egress     egress.Policy
-	Token      string // bearer token for /v1
-	MaxBody    int64  // largest event accepted; default 256 KiB
-	Now        func() time.Time
-	Rand       io.Reader // secrets and ids; default crypto/rand
-	Logger     *slog.Logger
-	Metrics    http.Handler // served at /metrics; nil for none
+	// TokenSHA256 is the SHA-256 of the bearer token for /v1: the server
+	// never needs the token itself, so the database keeps only this. All
+	// zeros refuses every request.
+	TokenSHA256 [32]byte
+	MaxBody     int64 // largest event accepted; default 256 KiB
+	Now         func() time.Time
+	Rand        io.Reader // secrets and ids; default crypto/rand
+	Logger      *slog.Logger
+	Metrics     http.Handler // served at /metrics; nil for none
 }
 
 // Server holds the API's dependencies.
@@ -126,14 +130,16 @@ func New(cfg Config) *echo.Echo {
 
 // auth checks the bearer token, in constant time, on every path under /v1.
 func (s *Server) auth(next echo.HandlerFunc) echo.HandlerFunc {
-	want := []byte(s.Token)
+	want := s.TokenSHA256
 	return func(c echo.Context) error {
 		if p := c.Request().URL.Path; p != "/v1" && !strings.HasPrefix(p, "/v1/") {
 			return next(c)
 		}
 		// The scheme's name is case-insensitive (RFC 9110 §11.1).
 		scheme, got, ok := strings.Cut(c.Request().Header.Get("Authorization"), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || len(want) == 0 || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
+		// Digests of equal length compare in constant time whatever was sent.
+		have := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if !ok || !strings.EqualFold(scheme, "Bearer") || want == [32]byte{} || subtle.ConstantTimeCompare(have[:], want[:]) != 1 {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 			return fail(http.StatusUnauthorized, "unauthorized", "missing or invalid bearer token")
 		}

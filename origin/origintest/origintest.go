@@ -6,6 +6,7 @@ package origintest
 
 import (
 	"context"
+	"crypto/sha256"
 	"io"
 	"log/slog"
 	"net/http"
@@ -85,11 +86,11 @@ func Start(t testing.TB, token string, o Options) *Origin {
 	})
 
 	acfg := api.Config{
-		Ledger:     l,
-		Dispatcher: disp,
-		Egress:     egress.Policy{AllowPrivate: true},
-		Token:      token,
-		Logger:     log,
+		Ledger:      l,
+		Dispatcher:  disp,
+		Egress:      egress.Policy{AllowPrivate: true},
+		TokenSHA256: sha256.Sum256([]byte(token)),
+		Logger:      log,
 	}
 	if o.API != nil {
 		o.API(&acfg)

@@ -186,3 +186,48 @@ func TestMigrate(t *testing.T) {
 		t.Errorf("serve on a migrated database: GET /healthz %d: %s", status, body)
 	}
 }
+
+var generatedTokenRE = regexp.MustCompile(`(?m)^\s+(sk_[0-9a-f]{48})$`)
+
+// TestGeneratedTokenIsShownOnceAndOnlyItsDigestIsKept: serve without a
+// token prints a generated one; it opens /v1, survives a restart without
+// being printed again, and the database file never holds it.
+func TestGeneratedTokenIsShownOnceAndOnlyItsDigestIsKept(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "sluice.db")
+	first := serve(t, db, "")
+	m := generatedTokenRE.FindStringSubmatch(first.Stdout())
+	if m == nil {
+		t.Fatalf("no generated token on stdout:\n%s", first.Stdout())
+	}
+	token := m[1]
+	if status, body := first.request(http.MethodGet, "/v1/stats", token, nil); status != http.StatusOK {
+		t.Fatalf("GET /v1/stats with the generated token: %d %s", status, body)
+	}
+	if status, _ := first.request(http.MethodGet, "/v1/stats", token+"0", nil); status != http.StatusUnauthorized {
+		t.Fatalf("GET /v1/stats with a wrong token: %d, want 401", status)
+	}
+	if err := first.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, exited := first.waitExit(10 * time.Second); !exited || code != 0 {
+		t.Fatalf("after SIGTERM: exited %v, code %d", exited, code)
+	}
+
+	second := serve(t, db, "")
+	if strings.Contains(second.Stdout(), token) || generatedTokenRE.MatchString(second.Stdout()) {
+		t.Errorf("the restart printed a token:\n%s", second.Stdout())
+	}
+	if status, body := second.request(http.MethodGet, "/v1/stats", token, nil); status != http.StatusOK {
+		t.Fatalf("GET /v1/stats after the restart: %d %s", status, body)
+	}
+	for _, f := range []string{db, db + "-wal"} {
+		b, err := os.ReadFile(f)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), token) {
+			t.Errorf("%s holds the token in plaintext", filepath.Base(f))
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -43,7 +44,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs := newFlags("serve", "Runs the origin: the API, the dispatcher and its workers. Applies migrations first.", stderr)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "API listen address")
 	fs.StringVar(&c.db, "db", "./data/sluice.db", "SQLite database file (created with its folder)")
-	fs.StringVar(&c.apiToken, "api-token", "", "bearer token for /v1; when unset, one is generated, printed once and kept in the database")
+	fs.StringVar(&c.apiToken, "api-token", "", "bearer token for /v1; when unset, one is generated and printed once, and the database keeps its digest")
 	fs.BoolVar(&c.allowPrivate, "allow-private-endpoints", false, "allow subscriber URLs on loopback, private and link-local addresses")
 	fs.StringVar(&c.edgeURL, "edge-url", "", "the edge Worker's URL; no edge lane when unset")
 	fs.StringVar(&c.edgeSecret, "edge-secret", "", "the origin-edge signing secret (whsec_…)")
@@ -217,7 +218,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	m.Watch(disp, l, log)
 	handler := api.New(api.Config{
-		Ledger: l, Dispatcher: disp, Egress: policy, Token: token,
+		Ledger: l, Dispatcher: disp, Egress: policy, TokenSHA256: token,
 		MaxBody: int64(c.maxBody), Logger: log, Metrics: m.Handler(),
 	})
 
@@ -313,30 +314,66 @@ func rest(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// apiToken returns the configured token, or the one kept in the database,
-// generating, storing and printing it once when there is none.
-func apiToken(ctx context.Context, l *ledger.Ledger, given string, stdout io.Writer) (string, error) {
+// apiToken returns the SHA-256 of the configured token, or the one kept in
+// the database, generating it and printing it once when there is none. The
+// database keeps only the digest, so a copy of the file does not carry a
+// working token; a plaintext token left by an earlier version is replaced by
+// its digest here.
+func apiToken(ctx context.Context, l *ledger.Ledger, given string, stdout io.Writer) ([32]byte, error) {
 	if given != "" {
-		return given, nil
+		return sha256.Sum256([]byte(given)), nil
 	}
-	stored, err := l.Setting(ctx, "api_token")
+	if err := digestLegacyToken(ctx, l); err != nil {
+		return [32]byte{}, err
+	}
+	stored, err := l.Setting(ctx, tokenDigestKey)
 	if err != nil {
-		return "", err
+		return [32]byte{}, err
 	}
 	if stored != "" {
-		fmt.Fprintln(stdout, "sluice: using the API token stored in the database (set --api-token or SLUICE_API_TOKEN to choose one)")
-		return stored, nil
+		b, err := hex.DecodeString(stored)
+		if err != nil || len(b) != sha256.Size {
+			return [32]byte{}, errors.New("the API token kept in the database is unreadable; set --api-token or SLUICE_API_TOKEN")
+		}
+		var d [32]byte
+		copy(d[:], b)
+		fmt.Fprintln(stdout, "sluice: using the API token kept in the database (set --api-token or SLUICE_API_TOKEN to choose one)")
+		return d, nil
 	}
 	b := make([]byte, 24)
 	if _, err := rand.Read(b); err != nil {
-		return "", err
+		return [32]byte{}, err
 	}
 	token := "sk_" + hex.EncodeToString(b)
-	if err := l.SetSetting(ctx, "api_token", token); err != nil {
-		return "", err
+	d := sha256.Sum256([]byte(token))
+	if err := l.SetSetting(ctx, tokenDigestKey, hex.EncodeToString(d[:])); err != nil {
+		return [32]byte{}, err
 	}
-	fmt.Fprintf(stdout, "sluice: generated an API token (shown once, kept in the database):\n  %s\n", strings.TrimSpace(token))
-	return token, nil
+	fmt.Fprintf(stdout, "sluice: generated an API token (shown once; the database keeps only its digest):\n  %s\n", token)
+	return d, nil
+}
+
+// tokenDigestKey names the setting that holds the API token's SHA-256, in
+// hex; legacyTokenKey the one that held the token itself.
+const (
+	tokenDigestKey = "api_token_sha256"
+	legacyTokenKey = "api_token"
+)
+
+// digestLegacyToken replaces a plaintext token by its digest. The digest is
+// written before the token is removed, so a crash between the two leaves
+// both and the next start finishes the job.
+func digestLegacyToken(ctx context.Context, l *ledger.Ledger) error {
+	legacy, err := l.Setting(ctx, legacyTokenKey)
+	if err != nil || legacy == "" {
+		return err
+	}
+	d := sha256.Sum256([]byte(legacy))
+	if err := l.SetSetting(ctx, tokenDigestKey, hex.EncodeToString(d[:])); err != nil {
+		return err
+	}
+	_, err = l.TakeSetting(ctx, legacyTokenKey)
+	return err
 }
 
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
