@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -85,9 +86,10 @@ const latencyWarmUp = time.Second
 // runLatency offers LatencyRate single-event POSTs per second for a 1 s
 // warm-up plus LatencyFor, each event carrying the time it was sent, and
 // reports the enqueue→delivery percentiles the sink saw for events sent
-// after the warm-up. Then, when Options.Relay is set, it offers the same
-// load to a bare relay process (no ledger) and reports its percentiles
-// beside them: the floor this machine sets under that load.
+// after the warm-up. Then it offers the same load to a bare relay process
+// with no ledger (when Options.Relay is set) and straight to a sink, and
+// reports their percentiles beside sluice's: the floors this machine sets
+// under that load for sluice's two hops and for one.
 func runLatency(ctx context.Context, o *Options) (sectionResult, error) {
 	r, note, err := latencyOfSluice(ctx, o)
 	if err != nil {
@@ -120,6 +122,18 @@ func runLatency(ctx context.Context, o *Options) (sectionResult, error) {
 			"with nothing durable and no signature; the same clients offer it the same load: "+fnote)
 		details["relay"] = f
 	}
+	d, dnote, err := latencyOfOneHop(ctx, o)
+	if err != nil {
+		return sectionResult{}, fmt.Errorf("one hop: %w", err)
+	}
+	rows = append(rows, Row{
+		Metric: fmt.Sprintf("  the floor: one HTTP hop, the clients straight to the sink, at %s/s, p50 / p99", thousands(d.Achieved)),
+		Value:  num(time.Duration(d.P99).Seconds() * 1000), Unit: "ms",
+		Shown: report.Short(time.Duration(d.P50)) + " / " + report.Short(time.Duration(d.P99)),
+	})
+	notes = append(notes, "one hop: the same clients POST each event straight to the same kind of sink, through Go's http.Client "+
+		"as sluice's own deliveries go; sluice's path has two such hops and a commit between them: "+dnote)
+	details["one_hop"] = d
 	return sectionResult{rows: rows, notes: notes, details: details}, nil
 }
 
@@ -151,6 +165,22 @@ func latencyOfRelay(ctx context.Context, o *Options) (latencyResult, string, err
 	}
 	defer rl.close()
 	return offerLoad(ctx, o, rl.post, sk, func() cpuMark { return markCPU(o.Now, rl.pid()) }, "the relay")
+}
+
+// latencyOfOneHop offers the fixed load straight to a sink: what one
+// http.Client round trip costs on this machine under this load.
+func latencyOfOneHop(ctx context.Context, o *Options) (latencyResult, string, error) {
+	sk, err := startSink(o.Now)
+	if err != nil {
+		return latencyResult{}, "", err
+	}
+	defer sk.close()
+	hc := newClient()
+	defer hc.CloseIdleConnections()
+	post := func(ctx context.Context, body []byte) error {
+		return postEvent(ctx, hc, sk.url, body, http.StatusNoContent)
+	}
+	return offerLoad(ctx, o, post, sk, func() cpuMark { return markCPU(o.Now, 0) }, "")
 }
 
 // offerLoad runs the paced clients against post and reads the sink.

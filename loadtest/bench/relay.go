@@ -34,8 +34,7 @@ func startRelay(ctx context.Context, bin, to string) (*relayProc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	r := &relayProc{cmd: cmd, hc: &http.Client{Timeout: 60 * time.Second,
-		Transport: &http.Transport{MaxIdleConns: maxConns, MaxIdleConnsPerHost: maxConns, MaxConnsPerHost: maxConns}}}
+	r := &relayProc{cmd: cmd, hc: newClient()}
 	line := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -62,24 +61,30 @@ func (r *relayProc) pid() int { return r.cmd.Process.Pid }
 
 // post sends one event body to the relay; anything but 202 fails.
 func (r *relayProc) post(ctx context.Context, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url+"/v1/events", bytes.NewReader(body))
+	return postEvent(ctx, r.hc, r.url+"/v1/events", body, http.StatusAccepted)
+}
+
+// postEvent POSTs an event body to url, with the event's id as its
+// webhook-id (the sink tells deliveries apart by it, as receivers do);
+// any status but want fails.
+func postEvent(ctx context.Context, hc *http.Client, url string, body []byte, want int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	// The sink tells deliveries apart by webhook-id, as receivers do.
 	if id, ok := strings.CutPrefix(string(body), `{"id":"`); ok {
 		id, _, _ = strings.Cut(id, `"`)
 		req.Header.Set(signature.HeaderID, id)
 	}
-	resp, err := r.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("relay: status %d", resp.StatusCode)
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s: status %d", url, resp.StatusCode)
 	}
 	return nil
 }

@@ -57,11 +57,16 @@ func startNode(ctx context.Context, o *Options) (*node, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	n.hc = &http.Client{
+	n.hc = newClient()
+	return n, nil
+}
+
+// newClient is the harness's HTTP client, pooled for many concurrent posts.
+func newClient() *http.Client {
+	return &http.Client{
 		Timeout:   60 * time.Second,
 		Transport: &http.Transport{MaxIdleConns: maxConns, MaxIdleConnsPerHost: maxConns, MaxConnsPerHost: maxConns},
 	}
-	return n, nil
 }
 
 // startWithSink starts sluice and a sink, and subscribes s with the sink's
@@ -315,11 +320,13 @@ type cpuMark struct {
 
 func (n *node) cpuMark() cpuMark { return markCPU(n.now, n.inst.Pid()) }
 
-// markCPU reads the CPU time process pid (sluice, or the relay) and the
-// harness have used so far.
+// markCPU reads the CPU time process pid (sluice, or the relay; none when
+// 0) and the harness have used so far.
 func markCPU(now func() time.Time, pid int) cpuMark {
 	m := cpuMark{at: now()}
-	m.sluice, m.haveS = procCPU(strconv.Itoa(pid))
+	if pid != 0 {
+		m.sluice, m.haveS = procCPU(strconv.Itoa(pid))
+	}
 	m.self, m.haveOwn = procCPU("self")
 	return m
 }
@@ -328,10 +335,17 @@ func markCPU(now func() time.Time, pid int) cpuMark {
 // marks ("" where /proc is missing).
 func cpuText(a, b cpuMark) string { return cpuTextOf("sluice", a, b) }
 
-// cpuTextOf is cpuText for the process called name.
+// cpuTextOf is cpuText for the process called name; for the harness alone
+// when name is "".
 func cpuTextOf(name string, a, b cpuMark) string {
 	wall := b.at.Sub(a.at).Seconds()
-	if !a.haveS || !b.haveS || !a.haveOwn || !b.haveOwn || wall <= 0 {
+	if !a.haveOwn || !b.haveOwn || wall <= 0 {
+		return ""
+	}
+	if name == "" {
+		return fmt.Sprintf("CPU: the harness %.2f cores", (b.self-a.self).Seconds()/wall)
+	}
+	if !a.haveS || !b.haveS {
 		return ""
 	}
 	return fmt.Sprintf("CPU: %s %.2f cores, the harness %.2f", name, (b.sluice-a.sluice).Seconds()/wall, (b.self-a.self).Seconds()/wall)
