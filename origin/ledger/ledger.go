@@ -185,21 +185,19 @@ func lockDatabase(path string) (*os.File, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return nil, fmt.Errorf("%s is a folder, not a database file", path)
 	}
-	lock, err := lockFile(path + ".lock")
+	// The lock is on the database file itself, not on a name beside it, so
+	// a symlink or a hard link to the file meets the same lock. Closing this
+	// descriptor while SQLite has the file open would drop SQLite's own
+	// POSIX locks, so it is closed only after SQLite's connections are.
+	lock, err := lockFile(path)
 	if err != nil {
 		return nil, err
 	}
-	// The file holds the API token and every subscriber's secret: only its
-	// owner may read it, including a file an older sluice made 0644. SQLite
-	// gives new -wal and -shm files the database's mode; existing ones are
-	// set here. A file owned by another user keeps the mode its owner chose.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		unlockFile(lock)
-		return nil, fmt.Errorf("create database file: %w", err)
-	}
-	f.Chmod(0o600)
-	f.Close()
+	// The file holds every subscriber's secret: only its owner may read it,
+	// including a file an older sluice made 0644. SQLite gives new -wal and
+	// -shm files the database's mode; existing ones are set here. A file
+	// owned by another user keeps the mode its owner chose.
+	lock.Chmod(0o600)
 	for _, side := range []string{path + "-wal", path + "-shm"} {
 		os.Chmod(side, 0o600)
 	}
