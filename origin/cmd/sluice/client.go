@@ -203,8 +203,8 @@ func transportReason(err error) string {
 	return oneLine(err.Error())
 }
 
-// oneLine folds s onto a single line.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+// oneLine folds s onto a single line of printable characters.
+func oneLine(s string) string { return strings.Join(strings.Fields(printable(s)), " ") }
 
 // getJSON GETs path and decodes the answer into out; it returns the raw
 // answer too, for --json.

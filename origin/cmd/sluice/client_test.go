@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/sluice-dev/sluice/origin/origintest"
 )
@@ -666,5 +667,30 @@ func TestSendBody(t *testing.T) {
 	c := &cli{stdin: strings.NewReader(`{"type":"from.stdin"}`)}
 	if b, err := c.readFile("-"); err != nil || string(b) != `{"type":"from.stdin"}` {
 		t.Errorf("readFile(-) = %s, %v", b, err)
+	}
+}
+
+// A subscriber's answer is shown to the operator, so what it could do to
+// their terminal (colours, window title, clipboard) is shown as text.
+func TestClientShowsNoControlCharactersFromSubscribers(t *testing.T) {
+	t.Parallel()
+	o := newOrigin(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, "red \x1b[31mRED\x1b[0m title \x1b]0;pwned\x07 \u202eflipped\u202c\nend")
+	}))
+	t.Cleanup(srv.Close)
+	o.ok("subscribers", "add", "--url", srv.URL+"/hook", "--id", "hostile", "--max-attempts", "1")
+	o.ok("send", "--type", "a.b", "--id", "evt_1")
+	ds := o.waitDeliveries("a dead delivery", allStatus(1, "dead"))
+
+	r := o.ok("deliveries", "show", ds[0].ID)
+	if i := strings.IndexFunc(r.stdout, func(c rune) bool {
+		return c != '\n' && (unicode.IsControl(c) || unicode.Is(unicode.Bidi_Control, c))
+	}); i >= 0 {
+		t.Fatalf("deliveries show printed control character %U:\n%q", []rune(r.stdout[i:])[0], r.stdout)
+	}
+	if !strings.Contains(r.stdout, "red ?[31mRED?[0m title ?]0;pwned? ?flip") {
+		t.Errorf("deliveries show does not show the response as text:\n%s", r.stdout)
 	}
 }

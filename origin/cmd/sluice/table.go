@@ -8,9 +8,10 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 )
 
-// table writes aligned columns; cells are folded onto one line so a stray
+// table writes aligned columns; cells go through printable, so a stray
 // newline or tab in an error message cannot break the alignment.
 type table struct{ tw *tabwriter.Writer }
 
@@ -24,12 +25,7 @@ func newTable(w io.Writer, header ...string) *table {
 
 func (t *table) row(cells ...string) {
 	for i, c := range cells {
-		c = strings.Map(func(r rune) rune {
-			if r == '\t' || r == '\n' || r == '\r' {
-				return ' '
-			}
-			return r
-		}, c)
+		c = printable(c)
 		if c == "" {
 			c = "-"
 		}
@@ -39,6 +35,21 @@ func (t *table) row(cells ...string) {
 }
 
 func (t *table) flush() error { return t.tw.Flush() }
+
+// printable puts s on one line and shows every other control character as
+// '?': cells carry what subscribers answered, and an escape sequence in a
+// response body must not reach the operator's terminal.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\t' || r == '\n' || r == '\r':
+			return ' '
+		case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r):
+			return '?'
+		}
+		return r
+	}, s)
+}
 
 // fields writes "KEY  value" lines, aligned.
 func fields(w io.Writer, kv ...string) error {
