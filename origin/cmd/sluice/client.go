@@ -249,16 +249,18 @@ type page struct {
 	NextCursor string            `json:"next_cursor,omitempty"`
 }
 
-// listAll follows next_cursor until it has limit items (0: no limit) or the
-// last page. more reports that items exist beyond the ones returned; next is
-// the cursor to continue from when the API gave one.
-func (c *apiClient) listAll(ctx context.Context, path string, query url.Values, limit int) (items []json.RawMessage, next string, more bool, err error) {
+// listAll follows next_cursor, from the cursor from ("" for the start),
+// until it has limit items (0: no limit) or the last page. more reports that
+// items exist beyond the ones returned; next is the cursor to continue from
+// when the API gave one.
+func (c *apiClient) listAll(ctx context.Context, path string, query url.Values, limit int, from string) (items []json.RawMessage, next string, more bool, err error) {
 	const maxPage = 1000 // the API's largest page
 	q := url.Values{}
 	for k, v := range query {
 		q[k] = v
 	}
 	seen := map[string]bool{}
+	next = from
 	for {
 		size := maxPage
 		if limit > 0 {

@@ -244,7 +244,7 @@ func (c *cli) subscribersList(ctx context.Context, args []string) error {
 	f := newCmdFlags("subscribers list", "", "Lists subscribers.", "url", c.stderr)
 	status := f.String("status", "", "only subscribers in this state: active (not paused, breaker closed), paused (by an operator), or with the breaker open or half_open")
 	sub := f.String("subscriber", "", "only this subscriber")
-	limit := f.Int("limit", 100, "most subscribers to list (0 for all)")
+	limit, cursor := pageFlags(f, "subscribers")
 	if _, err := f.parseArgs(args, c.getenv); err != nil {
 		return err
 	}
@@ -262,7 +262,7 @@ func (c *cli) subscribersList(ctx context.Context, args []string) error {
 			return (in == nil || in(&s)) && (*sub == "" || s.ID == *sub), nil
 		}
 	}
-	return c.list(ctx, f, "/v1/subscribers", nil, *limit, keep, "subscribers", func(items []json.RawMessage) error {
+	return c.list(ctx, f, "/v1/subscribers", nil, *limit, *cursor, keep, "subscribers", func(items []json.RawMessage) error {
 		t := newTable(c.stdout, "ID", "URL", "EVENT TYPES", "RATE", "BURST", "MAX ATTEMPTS", "TIMEOUT", "PAUSED", "BREAKER")
 		for _, it := range items {
 			var s subscriberJSON
@@ -439,7 +439,7 @@ func (c *cli) deliveriesList(ctx context.Context, args []string) error {
 	f := newCmdFlags("deliveries", "", "Lists deliveries, newest first. \"sluice deliveries show ID\" shows one with its attempts.", "url", c.stderr)
 	status := f.String("status", "", "only deliveries in this state: pending, inflight, sent or dead")
 	sub := f.String("subscriber", "", "only deliveries to this subscriber")
-	limit := f.Int("limit", 100, "most deliveries to list (0 for all)")
+	limit, cursor := pageFlags(f, "deliveries")
 	if _, err := f.parseArgs(args, c.getenv); err != nil {
 		return err
 	}
@@ -448,10 +448,10 @@ func (c *cli) deliveriesList(ctx context.Context, args []string) error {
 	default:
 		return fmt.Errorf("--status must be pending, inflight, sent or dead: %w", errUsage)
 	}
-	return c.deliveryTable(ctx, f, *status, *sub, *limit, false)
+	return c.deliveryTable(ctx, f, *status, *sub, *limit, *cursor, false)
 }
 
-func (c *cli) deliveryTable(ctx context.Context, f *cmdFlags, status, sub string, limit int, dead bool) error {
+func (c *cli) deliveryTable(ctx context.Context, f *cmdFlags, status, sub string, limit int, cursor string, dead bool) error {
 	q := url.Values{}
 	if status != "" {
 		q.Set("status", status)
@@ -459,7 +459,7 @@ func (c *cli) deliveryTable(ctx context.Context, f *cmdFlags, status, sub string
 	if sub != "" {
 		q.Set("subscriber_id", sub)
 	}
-	return c.list(ctx, f, "/v1/deliveries", q, limit, nil, "deliveries", func(items []json.RawMessage) error {
+	return c.list(ctx, f, "/v1/deliveries", q, limit, cursor, nil, "deliveries", func(items []json.RawMessage) error {
 		var t *table
 		if dead {
 			t = newTable(c.stdout, "ID", "EVENT", "TYPE", "SUBSCRIBER", "ATTEMPTS", "DIED", "LAST ERROR")
@@ -542,7 +542,7 @@ func (c *cli) dlqList(ctx context.Context, args []string) error {
 	f := newCmdFlags("dlq list", "", "Lists dead deliveries (the dead-letter queue), newest first.", "url", c.stderr)
 	status := f.String("status", "dead", "dead, the only state in the dead-letter queue (\"sluice deliveries --status\" lists the others)")
 	sub := f.String("subscriber", "", "only dead deliveries to this subscriber")
-	limit := f.Int("limit", 100, "most deliveries to list (0 for all)")
+	limit, cursor := pageFlags(f, "deliveries")
 	if _, err := f.parseArgs(args, c.getenv); err != nil {
 		return err
 	}
@@ -550,7 +550,7 @@ func (c *cli) dlqList(ctx context.Context, args []string) error {
 		return fmt.Errorf("--status %q: the dead-letter queue holds dead deliveries only; \"sluice deliveries --status %s\" lists those: %w",
 			*status, *status, errUsage)
 	}
-	return c.deliveryTable(ctx, f, "dead", *sub, *limit, true)
+	return c.deliveryTable(ctx, f, "dead", *sub, *limit, *cursor, true)
 }
 
 func (c *cli) dlqRetry(ctx context.Context, args []string) error {
@@ -627,6 +627,7 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 			P50MS       *int64     `json:"p50_ms"`
 			P99MS       *int64     `json:"p99_ms"`
 			Breaker     string     `json:"breaker"`
+			Paused      bool       `json:"paused"`
 			PausedUntil *time.Time `json:"paused_until"`
 			Tokens      float64    `json:"tokens"`
 		} `json:"subscribers"`
@@ -654,11 +655,16 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 		return millis(*ms)
 	}
 	t := newTable(c.stdout, "SUBSCRIBER", "PENDING", "INFLIGHT", "SENT", "DEAD", "ATTEMPTS "+window,
-		"SUCCESS "+window, "P50", "P99", "BREAKER", "PAUSED UNTIL", "TOKENS")
+		"SUCCESS "+window, "P50", "P99", "BREAKER", "PAUSED", "TOKENS")
 	for _, s := range st.Subscribers {
+		// Paused by an operator until resumed, or by a Retry-After until a time.
+		paused := when(s.PausedUntil)
+		if s.Paused {
+			paused = "yes"
+		}
 		t.row(s.ID, fmt.Sprint(s.Pending), fmt.Sprint(s.Inflight), fmt.Sprint(s.Sent), fmt.Sprint(s.Dead),
 			fmt.Sprint(s.Attempts), rate(s.SuccessRate), latency(s.P50MS), latency(s.P99MS),
-			s.Breaker, when(s.PausedUntil), fmt.Sprintf("%.1f", s.Tokens))
+			s.Breaker, paused, fmt.Sprintf("%.1f", s.Tokens))
 	}
 	tt := st.Totals
 	t.row("TOTAL", fmt.Sprint(tt.Pending), fmt.Sprint(tt.Inflight), fmt.Sprint(tt.Sent), fmt.Sprint(tt.Dead),
@@ -668,11 +674,19 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 
 // ---- shared
 
-// list fetches up to limit items of a list route, then prints them as JSON
-// or through table. When more remain it says so on stderr, so the table on
-// stdout stays clean. keep, when set, filters on the client where the API
-// has no filter: every page is read, and limit counts what it kept.
-func (c *cli) list(ctx context.Context, f *cmdFlags, path string, q url.Values, limit int,
+// pageFlags adds a list command's --limit and --cursor.
+func pageFlags(f *cmdFlags, what string) (limit *int, cursor *string) {
+	limit = f.Int("limit", 100, "most "+what+" to list (0 for all)")
+	cursor = f.String("cursor", "", "start where an earlier page ended: its next_cursor")
+	return limit, cursor
+}
+
+// list fetches up to limit items of a list route, from cursor on, then
+// prints them as JSON or through table. When more remain it says so on
+// stderr, so the table on stdout stays clean. keep, when set, filters on the
+// client where the API has no filter: every page is read, and limit counts
+// what it kept.
+func (c *cli) list(ctx context.Context, f *cmdFlags, path string, q url.Values, limit int, cursor string,
 	keep func(json.RawMessage) (bool, error), what string, table func([]json.RawMessage) error) error {
 	if limit < 0 {
 		return fmt.Errorf("--limit must be 0 (all) or more: %w", errUsage)
@@ -686,7 +700,7 @@ func (c *cli) list(ctx context.Context, f *cmdFlags, path string, q url.Values, 
 	if keep != nil {
 		fetch = 0
 	}
-	items, next, more, err := api.listAll(ctx, path, q, fetch)
+	items, next, more, err := api.listAll(ctx, path, q, fetch, cursor)
 	if err != nil {
 		return err
 	}
@@ -718,7 +732,11 @@ func (c *cli) list(ctx context.Context, f *cmdFlags, path string, q url.Values, 
 	}
 	// JSON with a next_cursor says so itself; a filtered list has none.
 	if more && (!f.conn.json || next == "") {
-		fmt.Fprintf(c.stderr, "sluice: showing the first %d %s; more remain (raise --limit, or --limit 0 for all)\n", limit, what)
+		how := "raise --limit, or --limit 0 for all"
+		if next != "" {
+			how = "--cursor " + next + " for the next page, or --limit 0 for all"
+		}
+		fmt.Fprintf(c.stderr, "sluice: showing %d %s; more remain (%s)\n", limit, what, how)
 	}
 	return nil
 }

@@ -271,6 +271,10 @@ func TestClientSubscribersRoundTrip(t *testing.T) {
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("pausing partner-a: %v %v", resp, err)
 	}
+	r = o.ok("stats")
+	if a, g := rowOf(r.stdout, "partner-a"), rowOf(r.stdout, generated); len(a) != 12 || a[10] != "yes" || len(g) != 12 || g[10] != "-" {
+		t.Errorf("stats: PAUSED of partner-a (paused) and %s (not) in %q and %q\n%s", generated, a, g, r.stdout)
+	}
 	for _, c := range []struct {
 		args []string
 		want []string
@@ -418,9 +422,28 @@ func TestClientSendAndDeliveries(t *testing.T) {
 		t.Errorf("deliveries show --json: %+v", shown)
 	}
 
+	// Pages: the first ends with a cursor, and --cursor goes on from there.
+	var first, second struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+		NextCursor string `json:"next_cursor"`
+	}
+	o.okJSON(&first, "deliveries", "--subscriber", "s1", "--limit", "1")
+	if len(first.Data) != 1 || first.NextCursor == "" {
+		t.Fatalf("deliveries --limit 1 --json: %+v, want one delivery and a next_cursor", first)
+	}
+	o.okJSON(&second, "deliveries", "--subscriber", "s1", "--limit", "1", "--cursor", first.NextCursor)
+	if len(second.Data) != 1 || second.Data[0].ID == first.Data[0].ID {
+		t.Errorf("deliveries --cursor %s: %+v, want the delivery after %s", first.NextCursor, second, first.Data[0].ID)
+	}
+	if r = o.ok("deliveries", "--subscriber", "s1", "--limit", "1"); !strings.Contains(r.stderr, "--cursor "+first.NextCursor) {
+		t.Errorf("deliveries --limit 1: stderr %q, want the --cursor that continues", r.stderr)
+	}
+
 	r = o.ok("stats")
 	wantColumns(t, "stats", r.stdout, "SUBSCRIBER", "PENDING", "INFLIGHT", "SENT", "DEAD", "ATTEMPTS 5m",
-		"SUCCESS 5m", "P50", "P99", "BREAKER", "PAUSED UNTIL", "TOKENS")
+		"SUCCESS 5m", "P50", "P99", "BREAKER", "PAUSED", "TOKENS")
 	if row := rowOf(r.stdout, "s1"); len(row) != 12 || strings.Join(row[1:7], "|") != "0|0|2|0|2|100.0%" || row[9] != "closed" {
 		t.Errorf("stats: s1's row is %q\n%s", row, r.stdout)
 	}
