@@ -57,14 +57,14 @@ var badCases = []badCase{
 		body: `{"url":"http://127.0.0.1:9/` + strings.Repeat("a", 1100) + `"}`, status: 413},
 
 	// POST /v1/subscribers: readable but unacceptable values (422).
-	{name: "subscriber ftp url", method: "POST", path: "/v1/subscribers", body: `{"url":"ftp://127.0.0.1/hook"}`, status: 422},
+	{name: "subscriber ftp url", method: "POST", path: "/v1/subscribers", body: `{"url":"ftp://127.0.0.1/hook"}`, status: 422, code: "invalid_url", message: "url: invalid URL: scheme must be http or https"},
 	{name: "subscriber relative url", method: "POST", path: "/v1/subscribers", body: `{"url":"/hook"}`, status: 422},
 	{name: "subscriber url with userinfo", method: "POST", path: "/v1/subscribers", body: `{"url":"http://user:pw@127.0.0.1:9/hook"}`, status: 422},
 	{name: "subscriber loopback url denied", method: "POST", path: "/v1/subscribers", config: denyPrivate, body: `{"url":"http://127.0.0.1:9/hook"}`, status: 422},
 	{name: "subscriber ipv6 loopback denied", method: "POST", path: "/v1/subscribers", config: denyPrivate, body: `{"url":"http://[::1]:9/hook"}`, status: 422},
 	{name: "subscriber localhost denied", method: "POST", path: "/v1/subscribers", config: denyPrivate, body: `{"url":"http://localhost:9/hook"}`, status: 422},
 	{name: "subscriber metadata address denied", method: "POST", path: "/v1/subscribers", config: denyPrivate, body: `{"url":"http://169.254.169.254/latest"}`, status: 422},
-	{name: "subscriber private address denied", method: "POST", path: "/v1/subscribers", config: denyPrivate, body: `{"url":"http://10.1.2.3/hook"}`, status: 422},
+	{name: "subscriber private address denied", method: "POST", path: "/v1/subscribers", config: denyPrivate, body: `{"url":"http://10.1.2.3/hook"}`, status: 422, code: "invalid_url", message: "10.1.2.3 is not a public address (sluice calls internal addresses only when serve has --allow-private-endpoints)"},
 	{name: "subscriber decimal loopback denied", method: "POST", path: "/v1/subscribers", config: denyPrivate, body: `{"url":"http://2130706433/hook"}`, status: 422},
 	{name: "subscriber per_second 0", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","rate":{"per_second":0}}`, status: 422, message: "per_second"},
 	{name: "subscriber per_second negative", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","rate":{"per_second":-5,"burst":10}}`, status: 422, message: "per_second"},

@@ -586,7 +586,11 @@ func (c *cli) dlqRecover(ctx context.Context, args []string) error {
 	if printed, err := c.call(ctx, f, http.MethodPost, "/v1/subscribers/"+url.PathEscape(pos[0])+"/recover", in, &res); err != nil || printed {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "requeued %d dead deliveries of %s\n", res.Requeued, pos[0])
+	noun := "deliveries"
+	if res.Requeued == 1 {
+		noun = "delivery"
+	}
+	fmt.Fprintf(c.stdout, "requeued %d dead %s of %s\n", res.Requeued, noun, pos[0])
 	return nil
 }
 
@@ -594,7 +598,7 @@ func (c *cli) dlqRecover(ctx context.Context, args []string) error {
 func parseSince(s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return time.Time{}, fmt.Errorf("dlq recover needs --since, an RFC 3339 time: %w", errUsage)
+		return time.Time{}, fmt.Errorf("dlq recover needs --since, an RFC 3339 time or a duration ago (2h): %w", errUsage)
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t, nil

@@ -511,7 +511,7 @@ func TestClientDeadLetters(t *testing.T) {
 	}
 
 	r = o.ok("dlq", "recover", "flaky", "--since", before)
-	if strings.TrimSpace(r.stdout) != "requeued 1 dead deliveries of flaky" {
+	if strings.TrimSpace(r.stdout) != "requeued 1 dead delivery of flaky" {
 		t.Errorf("dlq recover: %q", r.stdout)
 	}
 	o.waitDeliveries("every delivery sent", allStatus(2, "sent"))
