@@ -358,3 +358,69 @@ func TestTheWorkersReturnAddsNoBurst(t *testing.T) {
 		}
 	}
 }
+
+// A subscriber whose types change to edge types alone has its whole rate at
+// the edge; deliveries of its old origin types still in its backlog must not
+// go by the origin lane beside them, at the origin bucket's whole rate too.
+func TestAChangeOfTypesDoesNotDoubleTheRate(t *testing.T) {
+	t.Parallel()
+	w, mb := startWorker(t)
+	b := setupOnFakeClock(t, w.URL, mb)
+	rc := newReceiver(t, b.clock, nil)
+	rate := ledger.Rate{PerSecond: 2, Burst: 4, EdgeShare: 0.5}
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) {
+		s.EventTypes, s.Rate, s.Paused = []string{"video.trending", "video.view_milestone"}, rate, true
+	})
+	b.send("t", "video.trending", 20)
+	b.send("m", "video.view_milestone", 20)
+	s, err := b.l.UpdateSubscriber(context.Background(), "s", func(s *ledger.Subscriber) {
+		s.EventTypes, s.Paused = []string{"video.view_milestone"}, false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.d.Upsert(s)
+	const seconds = 5
+	b.step(seconds*time.Second, 50*time.Millisecond)
+	if n, most := rc.count(), int(rate.Burst+rate.PerSecond*seconds); n > most || n < most-2 {
+		t.Fatalf("%d delivered in %ds at %v/s with a burst of %v, want at most %d (and close to it)", n, seconds, rate.PerSecond, rate.Burst, most)
+	}
+	if d := deliveryOf(t, b, "t-0"); d.Status != ledger.StatusSent || d.History[0].Lane != ledger.LaneEdge {
+		t.Errorf("t-0: %s, history %+v; want sent by the edge lane", d.Status, d.History)
+	}
+}
+
+// --edge-types may name a prefix: a subscriber of one type under it, or of
+// a narrower prefix, uses the edge lane for it like a subscriber of "*".
+func TestAnEdgePrefixCoversNarrowerSubscribers(t *testing.T) {
+	t.Parallel()
+	w, _ := startWorker(t)
+	b := setup(t, false, withEdge(w.URL, "video.*"))
+	rc := newReceiver(t, b.clock, nil)
+	for id, types := range map[string][]string{"one": {"video.view_milestone"}, "narrower": {"video.view.*"}, "all": {"*"}} {
+		b.subscriber(id, rc.URL, func(s *ledger.Subscriber) { s.EventTypes = types })
+	}
+	b.send("m", "video.view.milestone", 1)
+	b.send("v", "video.view_milestone", 1)
+	_, ds, err := b.l.Event(context.Background(), "m-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, more, err := b.l.Event(context.Background(), "v-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(ds) + len(more); got != 4 { // m-0 to narrower and all, v-0 to one and all
+		t.Fatalf("%d deliveries, want 4", got)
+	}
+	for _, d := range append(ds, more...) {
+		waitFor(t, 10*time.Second, "delivery "+d.ID+" sent", func() bool {
+			got, err := b.l.Delivery(context.Background(), d.ID)
+			return err == nil && got.Status == ledger.StatusSent
+		})
+		got, _ := b.l.Delivery(context.Background(), d.ID)
+		if len(got.History) != 1 || got.History[0].Lane != ledger.LaneEdge {
+			t.Errorf("%s to %s: history %+v, want one edge-lane attempt", d.ID, d.SubscriberID, got.History)
+		}
+	}
+}

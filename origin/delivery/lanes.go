@@ -47,9 +47,13 @@ type edgeHealth struct {
 func (d *Dispatcher) lanes(s *sub) {
 	s.usesEdge, s.usesOrigin = false, len(d.cfg.EdgeTypes) == 0
 	if len(d.cfg.EdgeTypes) > 0 {
-		for _, t := range d.cfg.EdgeTypes {
-			if event.MatchType(s.cfg.EventTypes, t) {
-				s.usesEdge = true
+		for _, e := range d.cfg.EdgeTypes {
+			for _, p := range s.cfg.EventTypes {
+				// "*", a type and "prefix.*" share a type exactly when one
+				// covers the other.
+				if event.MatchType([]string{p}, e) || event.MatchType([]string{e}, p) {
+					s.usesEdge = true
+				}
 			}
 		}
 		for _, p := range s.cfg.EventTypes {
@@ -71,9 +75,16 @@ func (d *Dispatcher) lanes(s *sub) {
 	}
 }
 
-// laneLocked picks the lane for a delivery at now.
+// laneLocked picks the lane for a delivery at now. An edge-only subscriber
+// sends everything through the edge while it is up, even a delivery of a type
+// kept at the origin (one enqueued before its types changed, or requeued from
+// the dead letters): its whole rate is there, and its origin bucket, full for
+// fallback, spent beside it would double the rate.
 func (d *Dispatcher) laneLocked(s *sub, c *ledger.Claimed, now time.Time) ledger.Lane {
-	if d.cfg.Edge == nil || !s.usesEdge || d.edge.downUntil.After(now) || !event.MatchType(d.cfg.EdgeTypes, c.EventType) {
+	if d.cfg.Edge == nil || !s.usesEdge || d.edge.downUntil.After(now) {
+		return ledger.LaneOrigin
+	}
+	if s.usesOrigin && !event.MatchType(d.cfg.EdgeTypes, c.EventType) {
 		return ledger.LaneOrigin
 	}
 	return ledger.LaneEdge

@@ -79,6 +79,7 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 			{"--edge-url", "http://127.0.0.1:9"},
 			{"--edge-url", "http://127.0.0.1:9", "--edge-secret", "not-a-whsec-secret"},
 			{"--edge-url", "http://127.0.0.1:9", "--edge-secret", "QUJDREVGR0hJSktMTU5PUFFSU1RVVldY"}, // base64 without whsec_
+			{"--edge-url", "http://127.0.0.1:9", "--edge-secret", "whsec_ZWRnZS1zZWNyZXQtZm9yLXRlc3RzLW9ubHktMzI=", "--edge-types", "video*"},
 			{"--drain-timeout", "-1s"},
 			{"--drain-timeout", "0"},
 			{"--addr", "nope"},

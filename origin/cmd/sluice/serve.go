@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/origin/egress"
 	"github.com/sluice-dev/sluice/origin/ledger"
 	"github.com/sluice-dev/sluice/origin/metrics"
+	"github.com/sluice-dev/sluice/shared/event"
 )
 
 type serveConfig struct {
@@ -162,9 +163,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 		edge = ec
 		for _, t := range strings.Split(c.edgeTypes, ",") {
-			if t = strings.TrimSpace(t); t != "" {
-				edgeTypes = append(edgeTypes, t)
+			if t = strings.TrimSpace(t); t == "" {
+				continue
 			}
+			if !event.ValidPattern(t) {
+				return fmt.Errorf("--edge-types: %q is neither an event type nor a pattern (\"*\", \"video.*\"): %w", t, errUsage)
+			}
+			edgeTypes = append(edgeTypes, t)
 		}
 		if len(edgeTypes) == 0 {
 			log.Warn("edge lane on, but --edge-types names no event type: every event goes by the origin lane")
