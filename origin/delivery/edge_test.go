@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/origin/edgeclient"
 	"github.com/sluice-dev/sluice/origin/ledger"
 	"github.com/sluice-dev/sluice/shared/bucket"
+	"github.com/sluice-dev/sluice/shared/edgewire"
 	"github.com/sluice-dev/sluice/shared/signature"
 )
 
@@ -422,5 +424,47 @@ func TestAnEdgePrefixCoversNarrowerSubscribers(t *testing.T) {
 		if len(got.History) != 1 || got.History[0].Lane != ledger.LaneEdge {
 			t.Errorf("%s to %s: history %+v, want one edge-lane attempt", d.ID, d.SubscriberID, got.History)
 		}
+	}
+}
+
+// A delivery the Worker refuses for itself (too large for it) goes through
+// the origin at once: it is not sent to the Worker again and again, and it
+// does not count against the Worker, whose lane stays in use for the rest.
+func TestADeliveryTheWorkerRefusesGoesByTheOrigin(t *testing.T) {
+	t.Parallel()
+	w, _ := startWorker(t)
+	var calls atomic.Int32
+	counted := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Config.Handler.ServeHTTP(rw, r)
+	}))
+	t.Cleanup(counted.Close)
+	b := setup(t, false, withEdge(counted.URL, "video.view_milestone"))
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"video.view_milestone"} })
+	body := fmt.Appendf(nil, `{"id":"big","type":"video.view_milestone","pad":%q}`, strings.Repeat("x", edgewire.MaxRequestBytes))
+	res, err := b.l.Enqueue(context.Background(), []ledger.NewEvent{{ID: "big", Type: "video.view_milestone", Body: body}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sub := range res.Subscribers {
+		b.d.Notify(b.clock.Now(), sub)
+	}
+	d := waitSent(t, b, "big")[0]
+	if len(d.History) != 1 || d.History[0].Lane != ledger.LaneOrigin || d.Attempts != 1 {
+		t.Fatalf("history %+v (count %d), want one origin-lane attempt", d.History, d.Attempts)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the Worker was asked %d times, want once", n)
+	}
+	b.d.mu.Lock()
+	failures, down := b.d.edge.failures, b.d.edge.downUntil
+	b.d.mu.Unlock()
+	if failures != 0 || !down.IsZero() {
+		t.Errorf("after the refusal: %d lane failures, out of use until %v; want none", failures, down)
+	}
+	b.send("m", "video.view_milestone", 1)
+	if d := waitSent(t, b, "m-0")[0]; d.History[0].Lane != ledger.LaneEdge {
+		t.Errorf("the next delivery went by the %s lane, want the edge", d.History[0].Lane)
 	}
 }

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -16,7 +17,8 @@ import (
 
 // EdgeLane sends one attempt through the edge Worker. deferFor > 0 means the
 // Worker's bucket was empty and nothing was sent; an error means the lane
-// itself failed and the subscriber was not called.
+// itself failed and the subscriber was not called (for that request alone
+// when it wraps edgewire.ErrRefused).
 type EdgeLane interface {
 	Deliver(ctx context.Context, req edgewire.DeliverRequest) (deferFor time.Duration, res edgewire.Result, err error)
 }
@@ -210,6 +212,15 @@ func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *s
 		return
 	}
 	switch {
+	case errors.Is(err, edgewire.ErrRefused):
+		// The Worker is fine but will never take this delivery (too large
+		// for it, say): it goes through the origin now, in this worker's
+		// slot. Its token came from the edge bucket, which paces the
+		// subscriber's edge rate, so the sum over both lanes still holds.
+		d.cfg.Logger.Warn("edge lane refused the delivery; sending it through the origin", "delivery_id", c.ID(), "subscriber_id", s.ID, "err", err)
+		d.edgeAnswered()
+		d.running.Add(1) // attempt's own, beside this one's
+		d.attempt(ctx, s, signer, c)
 	case err != nil:
 		// The lane failed, not the subscriber: nothing is charged, and the
 		// delivery goes straight back (to the origin lane if the Worker is

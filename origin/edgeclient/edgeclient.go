@@ -23,6 +23,9 @@ import (
 // ErrLane wraps every failure of the edge lane itself.
 var ErrLane = errors.New("edge lane failed")
 
+// errRefused is ErrLane for one request alone (edgewire.ErrRefused).
+var errRefused = fmt.Errorf("%w: %w", ErrLane, edgewire.ErrRefused)
+
 // margin is how much longer than the subscriber's timeout the origin waits
 // for the Worker, which adds its own Durable Object round trip.
 const margin = 5 * time.Second
@@ -66,11 +69,11 @@ func New(edgeURL, secret string, hc *http.Client, now func() time.Time) (*Client
 // subscriber's result (200).
 func (c *Client) Deliver(ctx context.Context, req edgewire.DeliverRequest) (deferFor time.Duration, res edgewire.Result, err error) {
 	if err := req.Validate(); err != nil {
-		return 0, res, fmt.Errorf("%w: %w", ErrLane, err)
+		return 0, res, fmt.Errorf("%w: %w", errRefused, err)
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return 0, res, fmt.Errorf("%w: %w", ErrLane, err)
+		return 0, res, fmt.Errorf("%w: %w", errRefused, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(req.Timeout())*time.Millisecond+margin)
 	defer cancel()
@@ -106,9 +109,17 @@ func (c *Client) Deliver(ctx context.Context, req edgewire.DeliverRequest) (defe
 		}
 		return 0, res, nil
 	}
+	// 401, 404 and 405 say the lane is misconfigured, 5xx that it is
+	// failing: every request would meet the same. 400, 413 and 422 are
+	// about this request alone.
+	failed := ErrLane
+	switch resp.StatusCode {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		failed = errRefused
+	}
 	var e edgewire.Error
 	if json.Unmarshal(raw, &e) == nil && e.Error.Code != "" {
-		return 0, res, fmt.Errorf("%w: worker answered %d %s", ErrLane, resp.StatusCode, e.Error.Code)
+		return 0, res, fmt.Errorf("%w: worker answered %d %s", failed, resp.StatusCode, e.Error.Code)
 	}
-	return 0, res, fmt.Errorf("%w: worker answered %d", ErrLane, resp.StatusCode)
+	return 0, res, fmt.Errorf("%w: worker answered %d", failed, resp.StatusCode)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -51,13 +52,18 @@ func TestDeliverReadsEachAnswerOfTheWorker(t *testing.T) {
 	}
 
 	wrong, _ := New(edge.URL, "whsec_d3Jvbmctc2VjcmV0LXdyb25nLXNlY3JldC0zMg==", nil, nil)
-	if _, _, err := wrong.Deliver(context.Background(), req); !errors.Is(err, ErrLane) {
-		t.Fatalf("mis-signed request: %v, want ErrLane", err)
+	if _, _, err := wrong.Deliver(context.Background(), req); !errors.Is(err, ErrLane) || errors.Is(err, edgewire.ErrRefused) {
+		t.Fatalf("mis-signed request: %v, want ErrLane (the lane is misconfigured), not edgewire.ErrRefused", err)
 	}
 	bad := req
 	bad.URL = "ftp://example.invalid/"
-	if _, _, err := c.Deliver(context.Background(), bad); !errors.Is(err, ErrLane) || !errors.Is(err, edgewire.ErrInvalid) {
-		t.Fatalf("invalid request: %v, want ErrLane wrapping edgewire.ErrInvalid", err)
+	if _, _, err := c.Deliver(context.Background(), bad); !errors.Is(err, edgewire.ErrRefused) || !errors.Is(err, ErrLane) || !errors.Is(err, edgewire.ErrInvalid) {
+		t.Fatalf("invalid request: %v, want ErrLane and edgewire.ErrRefused, wrapping edgewire.ErrInvalid", err)
+	}
+	big := req
+	big.Body = `"` + strings.Repeat("x", edgewire.MaxRequestBytes) + `"`
+	if _, _, err := c.Deliver(context.Background(), big); !errors.Is(err, edgewire.ErrRefused) || !strings.Contains(err.Error(), "413") {
+		t.Fatalf("a request over the Worker's limit: %v, want edgewire.ErrRefused for its 413", err)
 	}
 	if n := hits.Load(); n != 1 {
 		t.Fatalf("the subscriber was called %d times, want once (deferred, mis-signed and invalid calls reach no one)", n)

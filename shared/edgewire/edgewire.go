@@ -112,6 +112,12 @@ type ErrorDetail struct {
 // ErrInvalid is wrapped by every error Validate returns.
 var ErrInvalid = errors.New("edgewire: invalid deliver request")
 
+// ErrRefused marks an edge lane failure that concerns one request alone:
+// the Worker refused it as too large or invalid, or it could not be made,
+// while the Worker itself is fine. Sending it again would fail again; the
+// origin lane can take it.
+var ErrRefused = errors.New("edgewire: request refused")
+
 // Validate reports the first field of r that the Worker cannot use, so the
 // origin can check a request before it signs it and the Worker refuses it
 // before it spends a token.
