@@ -37,7 +37,10 @@ func serveFunc(h http.Handler) js.Func {
 		}
 		req, err := http.NewRequest(method, url, bytes.NewReader(buf))
 		if err != nil {
-			respond.Invoke(http.StatusBadRequest, js.Global().Get("Array").New(), js.Null())
+			w := &recorder{header: http.Header{"Content-Type": {"application/json"}}}
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"error":{"code":"bad_request","message":"unreadable request"}}`))
+			respond.Invoke(w.status(), w.jsHeaders(), w.jsBody())
 			return nil
 		}
 		for i, n := 0, headers.Length(); i+1 < n; i += 2 {

@@ -451,3 +451,47 @@ func TestSlowSubscriberHoldsOnlyItself(t *testing.T) {
 		t.Fatalf("slow delivery: %s", got)
 	}
 }
+
+// A body over the Worker's limit is refused before it is read: one that
+// declares its size at once, without waiting for a byte more (this one never
+// ends), and one sent in chunks as soon as it passes the limit. Nothing of it
+// is buffered or copied into Go's memory ahead of the signature check.
+func TestAnOversizedBodyIsRefusedBeforeItIsRead(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		size int64 // declared; -1 sends chunks
+	}{
+		{"declared 80 MiB", 80 << 20},
+		{"chunked", -1},
+	} {
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { pw.Close() })
+		go func() {
+			chunk := make([]byte, 64<<10)
+			for sent := 0; sent <= edgewire.MaxRequestBytes+len(chunk); sent += len(chunk) {
+				if _, err := pw.Write(chunk); err != nil {
+					return
+				}
+			}
+			// Then nothing more, and no end: only a Worker that refuses
+			// without reading the rest can answer.
+		}()
+		req, err := http.NewRequest(http.MethodPost, sharedEdge.URL+edgewire.DeliverPath, pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = tc.size
+		hc := &http.Client{Timeout: 15 * time.Second}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Errorf("%s: %v, want a 413 answer", tc.name, err)
+			continue
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(out), `"code":"too_large"`) {
+			t.Errorf("%s: %d %s, want 413 too_large", tc.name, resp.StatusCode, out)
+		}
+	}
+}

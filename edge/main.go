@@ -18,6 +18,7 @@ import (
 	"github.com/syumai/workers/cloudflare"
 
 	"github.com/sluice-dev/sluice/edge/worker"
+	"github.com/sluice-dev/sluice/shared/edgewire"
 )
 
 // Names shared with worker.mjs and wrangler.toml.
@@ -40,6 +41,7 @@ func main() {
 	binding := js.Global().Get("context").Get("binding")
 	binding.Set("serve", serveFunc(h))
 	binding.Set("takeToken", js.FuncOf(takeToken))
+	binding.Set("maxRequestBytes", edgewire.MaxRequestBytes) // worker.mjs reads no more
 	workers.Ready()
 	// Stay alive between requests: the callbacks above are the program now.
 	select {}

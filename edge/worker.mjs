@@ -42,13 +42,55 @@ function startGo(env) {
   return started;
 }
 
+// refuse answers an error the way the Go handler does.
+function refuse(status, code, message) {
+  return new Response(JSON.stringify({ error: { code, message } }), {
+    status,
+    headers: { "content-type": "application/json" },
+  });
+}
+
+// readBody reads at most max bytes of the request's body, or returns
+// undefined when there are more. Nothing larger is buffered, or copied into
+// Go's memory (which never shrinks), before its signature can be checked.
+async function readBody(request, max) {
+  if (request.body === null) return null;
+  if (Number(request.headers.get("content-length")) > max) return undefined;
+  const reader = request.body.getReader();
+  const chunks = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > max) {
+      reader.cancel();
+      return undefined;
+    }
+    chunks.push(value);
+  }
+  const body = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    body.set(c, at);
+    at += c.byteLength;
+  }
+  return body;
+}
+
 export default {
   async fetch(request, env, ctx) {
-    await startGo(env);
+    try {
+      await startGo(env);
+    } catch {
+      return refuse(500, "internal", "the edge failed");
+    }
     context.ctx = ctx;
     const headers = [];
     for (const [name, value] of request.headers) headers.push(name, value);
-    const body = request.body === null ? null : new Uint8Array(await request.arrayBuffer());
+    const max = context.binding.maxRequestBytes;
+    const body = await readBody(request, max);
+    if (body === undefined) return refuse(413, "too_large", `the request exceeds ${max} bytes`);
     return new Promise((resolve) => {
       context.binding.serve(request.method, request.url, headers, body, (status, flat, out) => {
         const h = new Headers();
