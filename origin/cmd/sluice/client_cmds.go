@@ -33,6 +33,9 @@ var subscriberCommands = []subcommand{
 	{"list", "list subscribers", (*cli).subscribersList},
 	{"show", "show one subscriber", (*cli).subscribersShow},
 	{"rm", "remove a subscriber", (*cli).subscribersRm},
+	{"pause", "hold a subscriber's deliveries until it is resumed", (*cli).subscribersPause},
+	{"resume", "let a paused subscriber's deliveries go again", (*cli).subscribersResume},
+	{"rotate-secret", "sign with a new secret; the old one signs beside it for 24 h", (*cli).subscribersRotate},
 }
 
 var dlqCommands = []subcommand{
@@ -336,6 +339,59 @@ func (c *cli) subscribersRm(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "removed subscriber %s\n", pos[0])
 	return nil
+}
+
+func (c *cli) subscribersPause(ctx context.Context, args []string) error {
+	return c.setPaused(ctx, args, "subscribers pause",
+		"Pauses a subscriber: its deliveries wait, spending no attempt, until \"sluice subscribers resume\".", true)
+}
+
+func (c *cli) subscribersResume(ctx context.Context, args []string) error {
+	return c.setPaused(ctx, args, "subscribers resume",
+		"Resumes a paused subscriber: the deliveries it held go out at its rate.", false)
+}
+
+func (c *cli) setPaused(ctx context.Context, args []string, name, doc string, paused bool) error {
+	f := newCmdFlags(name, "ID", doc, "url", c.stderr)
+	pos, err := f.parseArgs(args, c.getenv, "ID")
+	if err != nil {
+		return err
+	}
+	var s subscriberJSON
+	in := map[string]bool{"paused": paused}
+	if printed, err := c.call(ctx, f, http.MethodPatch, "/v1/subscribers/"+url.PathEscape(pos[0]), in, &s); err != nil || printed {
+		return err
+	}
+	done := "resumed"
+	if s.Paused {
+		done = "paused"
+	}
+	fmt.Fprintf(c.stdout, "%s subscriber %s\n", done, s.ID)
+	return nil
+}
+
+func (c *cli) subscribersRotate(ctx context.Context, args []string) error {
+	f := newCmdFlags("subscribers rotate-secret", "ID",
+		"Gives a subscriber a new signing secret and prints it; the old one keeps signing beside it for 24 h, so the receiver can switch.",
+		"url", c.stderr)
+	secret := f.String("secret", "", "the new secret (whsec_ and base64 of at least 24 bytes); generated when unset")
+	pos, err := f.parseArgs(args, c.getenv, "ID")
+	if err != nil {
+		return err
+	}
+	in := map[string]string{}
+	if *secret != "" {
+		in["secret"] = *secret
+	}
+	var s subscriberJSON
+	if printed, err := c.call(ctx, f, http.MethodPost, "/v1/subscribers/"+url.PathEscape(pos[0])+"/rotate-secret", in, &s); err != nil || printed {
+		return err
+	}
+	kv := []string{"ID", s.ID, "SECRET", s.Secret}
+	if s.PreviousSecretExpiresAt != nil {
+		kv = append(kv, "OLD SECRET SIGNS UNTIL", when(s.PreviousSecretExpiresAt))
+	}
+	return fields(c.stdout, kv...)
 }
 
 // ---- send

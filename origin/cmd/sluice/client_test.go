@@ -717,3 +717,44 @@ func TestClientShowsNoControlCharactersFromSubscribers(t *testing.T) {
 		t.Errorf("deliveries show does not show the response as text:\n%s", r.stdout)
 	}
 }
+
+func TestClientPausesResumesAndRotates(t *testing.T) {
+	t.Parallel()
+	o := newOrigin(t)
+	recv, hook := newReceiver(t, 200)
+	o.ok("subscribers", "add", "--url", hook, "--id", "s1", "--secret", testSecret)
+
+	if r := o.ok("subscribers", "pause", "s1"); strings.TrimSpace(r.stdout) != "paused subscriber s1" {
+		t.Errorf("subscribers pause: %q", r.stdout)
+	}
+	o.ok("send", "--type", "a.b", "--id", "evt_held")
+	var s struct {
+		Paused bool `json:"paused"`
+	}
+	if o.okJSON(&s, "subscribers", "show", "s1"); !s.Paused {
+		t.Fatal("subscribers show after pause: not paused")
+	}
+	if r := o.ok("subscribers", "resume", "s1"); strings.TrimSpace(r.stdout) != "resumed subscriber s1" {
+		t.Errorf("subscribers resume: %q", r.stdout)
+	}
+	o.waitDeliveries("the held delivery sent", allStatus(1, "sent"), "--subscriber", "s1")
+	if body := recv.body("evt_held"); body == "" {
+		t.Error("the receiver did not get the event held while paused")
+	}
+
+	r := o.ok("subscribers", "rotate-secret", "s1")
+	row, until := rowOf(r.stdout, "SECRET"), rowOf(r.stdout, "OLD SECRET SIGNS UNTIL")
+	if len(row) != 2 || !strings.HasPrefix(row[1], "whsec_") || row[1] == testSecret || len(until) != 2 {
+		t.Errorf("subscribers rotate-secret printed:\n%s\nwant a new whsec_ secret and when the old one stops signing", r.stdout)
+	}
+	const chosen = "whsec_Y2hvc2VuLXNlY3JldC1mb3ItdGhlLWNsaS10ZXN0cw=="
+	var rotated struct {
+		Secret string `json:"secret"`
+	}
+	if o.okJSON(&rotated, "subscribers", "rotate-secret", "s1", "--secret", chosen); rotated.Secret != chosen {
+		t.Errorf("rotate-secret --secret: the subscriber's secret is %q, want the chosen one", rotated.Secret)
+	}
+	if r := o.sluice("subscribers", "pause", "nobody"); r.code() != 1 || !strings.Contains(r.message(), "404 not_found") {
+		t.Errorf("pause of an unknown subscriber: %s", r)
+	}
+}

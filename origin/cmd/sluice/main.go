@@ -36,6 +36,8 @@ Usage:
 
 Client commands (talk to a running origin's API):
   sluice subscribers add|list|show|rm     manage subscribers
+  sluice subscribers pause|resume|rotate-secret ID
+                                          hold or release one; give it a new secret
   sluice send --type TYPE [--data JSON | --file PATH|-]
                                           send one event
   sluice deliveries [--status S] [--subscriber ID]
