@@ -108,32 +108,31 @@ func runLatency(ctx context.Context, o *Options) (sectionResult, error) {
 	}
 	notes := []string{"latency: " + note}
 	details := map[string]any{"sluice": r}
+	// floor adds a row, a note and details for a run of the same load
+	// through something lighter than sluice.
+	floor := func(key, what, note string, f latencyResult, fnote string) {
+		rows = append(rows, Row{
+			Metric: fmt.Sprintf("  the floor: %s at %s/s, p50 / p99", what, thousands(f.Achieved)),
+			Value:  num(time.Duration(f.P99).Seconds() * 1000), Unit: "ms",
+			Shown: report.Short(time.Duration(f.P50)) + " / " + report.Short(time.Duration(f.P99)),
+		})
+		notes = append(notes, note+fnote)
+		details[key] = f
+	}
 	if o.Relay != "" {
 		f, fnote, err := latencyOfRelay(ctx, o)
 		if err != nil {
 			return sectionResult{}, fmt.Errorf("the bare relay: %w", err)
 		}
-		rows = append(rows, Row{
-			Metric: fmt.Sprintf("  the floor: a bare relay (no ledger) at %s/s, p50 / p99", thousands(f.Achieved)),
-			Value:  num(time.Duration(f.P99).Seconds() * 1000), Unit: "ms",
-			Shown: report.Short(time.Duration(f.P50)) + " / " + report.Short(time.Duration(f.P99)),
-		})
-		notes = append(notes, "floor: `loadtest relay` in its own process answers 202 at once and forwards each body to the same kind of sink, "+
-			"with nothing durable and no signature; the same clients offer it the same load: "+fnote)
-		details["relay"] = f
+		floor("relay", "a bare relay (no ledger)", "floor: `loadtest relay` in its own process answers 202 at once and forwards each body "+
+			"to the same kind of sink, with nothing durable and no signature; the same clients offer it the same load: ", f, fnote)
 	}
-	d, dnote, err := latencyOfOneHop(ctx, o)
+	f, fnote, err := latencyOfOneHop(ctx, o)
 	if err != nil {
 		return sectionResult{}, fmt.Errorf("one hop: %w", err)
 	}
-	rows = append(rows, Row{
-		Metric: fmt.Sprintf("  the floor: one HTTP hop, the clients straight to the sink, at %s/s, p50 / p99", thousands(d.Achieved)),
-		Value:  num(time.Duration(d.P99).Seconds() * 1000), Unit: "ms",
-		Shown: report.Short(time.Duration(d.P50)) + " / " + report.Short(time.Duration(d.P99)),
-	})
-	notes = append(notes, "one hop: the same clients POST each event straight to the same kind of sink, through Go's http.Client "+
-		"as sluice's own deliveries go; sluice's path has two such hops and a commit between them: "+dnote)
-	details["one_hop"] = d
+	floor("one_hop", "one HTTP hop, the clients straight to the sink", "one hop: the same clients POST each event straight to the same "+
+		"kind of sink, through Go's http.Client as sluice's own deliveries go; sluice's path has two such hops and a commit between them: ", f, fnote)
 	return sectionResult{rows: rows, notes: notes, details: details}, nil
 }
 
