@@ -213,12 +213,12 @@ func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *s
 	}
 	switch {
 	case errors.Is(err, edgewire.ErrRefused):
-		// The Worker is fine but will never take this delivery (too large
-		// for it, say): it goes through the origin now, in this worker's
-		// slot. Its token came from the edge bucket, which paces the
-		// subscriber's edge rate, so the sum over both lanes still holds.
+		// The lane will never take this delivery (too large for the Worker,
+		// say), which says nothing of the Worker's health: it goes through
+		// the origin now, in this worker's slot. Its token came from the
+		// edge bucket, which paces the subscriber's edge rate, so the sum
+		// over both lanes still holds.
 		d.cfg.Logger.Warn("edge lane refused the delivery; sending it through the origin", "delivery_id", c.ID(), "subscriber_id", s.ID, "err", err)
-		d.edgeAnswered()
 		d.running.Add(1) // attempt's own, beside this one's
 		d.attempt(ctx, s, signer, c)
 	case err != nil:

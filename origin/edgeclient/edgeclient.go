@@ -75,6 +75,11 @@ func (c *Client) Deliver(ctx context.Context, req edgewire.DeliverRequest) (defe
 	if err != nil {
 		return 0, res, fmt.Errorf("%w: %w", errRefused, err)
 	}
+	if len(body) > edgewire.MaxRequestBytes {
+		// The Worker would refuse it unread, and may reset the connection
+		// while it is still being sent: refuse it here.
+		return 0, res, fmt.Errorf("%w: the request is %d bytes, over the Worker's %d", errRefused, len(body), edgewire.MaxRequestBytes)
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(req.Timeout())*time.Millisecond+margin)
 	defer cancel()
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.deliverURL, bytes.NewReader(body))
@@ -110,11 +115,11 @@ func (c *Client) Deliver(ctx context.Context, req edgewire.DeliverRequest) (defe
 		return 0, res, nil
 	}
 	// 401, 404 and 405 say the lane is misconfigured, 5xx that it is
-	// failing: every request would meet the same. 400, 413 and 422 are
-	// about this request alone.
+	// failing, 400 that the request did not arrive whole: the next may fare
+	// better elsewhere or later. 413 and 422 are about this request alone.
 	failed := ErrLane
 	switch resp.StatusCode {
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+	case http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
 		failed = errRefused
 	}
 	var e edgewire.Error

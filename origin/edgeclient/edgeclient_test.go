@@ -62,11 +62,25 @@ func TestDeliverReadsEachAnswerOfTheWorker(t *testing.T) {
 	}
 	big := req
 	big.Body = `"` + strings.Repeat("x", edgewire.MaxRequestBytes) + `"`
-	if _, _, err := c.Deliver(context.Background(), big); !errors.Is(err, edgewire.ErrRefused) || !strings.Contains(err.Error(), "413") {
-		t.Fatalf("a request over the Worker's limit: %v, want edgewire.ErrRefused for its 413", err)
+	if _, _, err := c.Deliver(context.Background(), big); !errors.Is(err, edgewire.ErrRefused) || !strings.Contains(err.Error(), "over the Worker's") {
+		t.Fatalf("a request over the Worker's limit: %v, want edgewire.ErrRefused before it is sent", err)
 	}
 	if n := hits.Load(); n != 1 {
-		t.Fatalf("the subscriber was called %d times, want once (deferred, mis-signed and invalid calls reach no one)", n)
+		t.Fatalf("the subscriber was called %d times, want once (deferred, mis-signed, invalid and oversized calls reach no one)", n)
+	}
+	// A 413 or 422 from the Worker is about that request; a 5xx or a 400
+	// is the lane's.
+	for status, refused := range map[int]bool{413: true, 422: true, 400: false, 401: false, 500: false, 503: false} {
+		w := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(status)
+			w.Write([]byte(`{"error":{"code":"x","message":"x"}}`))
+		}))
+		wc, _ := New(w.URL, secret, nil, nil)
+		_, _, err := wc.Deliver(context.Background(), req)
+		w.Close()
+		if !errors.Is(err, ErrLane) || errors.Is(err, edgewire.ErrRefused) != refused {
+			t.Errorf("the Worker answering %d: %v; want ErrLane, refused %v", status, err, refused)
+		}
 	}
 	if _, err := New("127.0.0.1:8787", secret, nil, nil); err == nil {
 		t.Fatal("an edge URL without a scheme was accepted")
