@@ -38,7 +38,7 @@ type Ledger struct {
 	wconn *sql.Conn
 	rdb   *sql.DB
 	cdb   *sql.DB // the checkpointer's connection
-	lock  *os.File
+	lock  *dbLock
 	ops   chan op
 	quit  chan struct{}
 	done  chan struct{}
@@ -129,7 +129,7 @@ func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
 		checkpointed: make(chan struct{})}
 	fail := func(err error) (*Ledger, error) {
 		l.closeDBs()
-		unlockFile(lock)
+		lock.release()
 		return nil, err
 	}
 	if l.wdb, err = sql.Open("sqlite", dsn(path, writerRole)); err != nil {
@@ -176,7 +176,7 @@ func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
 
 // lockDatabase makes the database's folder if needed and takes the lock
 // that keeps a second process off the file.
-func lockDatabase(path string) (*os.File, error) {
+func lockDatabase(path string) (*dbLock, error) {
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o700); err != nil { // a new folder is the owner's alone, like the file
 			return nil, fmt.Errorf("create database folder: %w", err)
@@ -185,11 +185,7 @@ func lockDatabase(path string) (*os.File, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return nil, fmt.Errorf("%s is a folder, not a database file", path)
 	}
-	// The lock is on the database file itself, not on a name beside it, so
-	// a symlink or a hard link to the file meets the same lock. Closing this
-	// descriptor while SQLite has the file open would drop SQLite's own
-	// POSIX locks, so it is closed only after SQLite's connections are.
-	lock, err := lockFile(path)
+	lock, err := lockDatabaseFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +193,7 @@ func lockDatabase(path string) (*os.File, error) {
 	// including a file an older sluice made 0644. SQLite gives new -wal and
 	// -shm files the database's mode; existing ones are set here. A file
 	// owned by another user keeps the mode its owner chose.
-	lock.Chmod(0o600)
+	lock.file.Chmod(0o600)
 	for _, side := range []string{path + "-wal", path + "-shm"} {
 		os.Chmod(side, 0o600)
 	}
@@ -211,7 +207,7 @@ func Migrate(ctx context.Context, path string, now time.Time) ([]string, error) 
 	if err != nil {
 		return nil, err
 	}
-	defer unlockFile(lock)
+	defer lock.release()
 	db, err := sql.Open("sqlite", dsn(path, writerRole))
 	if err != nil {
 		return nil, err
@@ -231,7 +227,7 @@ func (l *Ledger) Close() error {
 		<-l.checkpointed
 		l.stmts.close()
 		err = l.closeDBs()
-		unlockFile(l.lock)
+		l.lock.release()
 	})
 	return err
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,6 +41,10 @@ func addSubscriber(t *testing.T, l *Ledger, id string, types ...string) {
 func TestSecondProcessIsRefused(t *testing.T) {
 	t.Parallel()
 	_, _, path := open(t)
+	sqliteLocks := posixLocks(t, path)
+	if sqliteLocks == 0 {
+		t.Fatal("SQLite holds no POSIX lock on the open database: nothing to watch")
+	}
 	if _, err := Open(context.Background(), path, Options{}); !errors.Is(err, ErrLocked) {
 		t.Fatalf("second Open = %v, want ErrLocked", err)
 	}
@@ -59,6 +65,60 @@ func TestSecondProcessIsRefused(t *testing.T) {
 			t.Errorf("Open through %s = %v, want ErrLocked", filepath.Base(p), err)
 		}
 	}
+	// Refusing did not close a descriptor of the file, which would have
+	// dropped the locks SQLite holds on it in this process.
+	if now := posixLocks(t, path); now != sqliteLocks {
+		t.Errorf("SQLite's POSIX locks on the file: %d before the refusals, %d after", sqliteLocks, now)
+	}
+}
+
+// posixLocks counts the POSIX locks this process holds on path's file, from
+// /proc/locks.
+func posixLocks(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		t.Skipf("no /proc/locks to read the locks from: %v", err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := strconv.FormatUint(st.Sys().(*syscall.Stat_t).Ino, 10)
+	pid := strconv.Itoa(os.Getpid())
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		// 1: POSIX  ADVISORY  READ 1234 fd:01:5678 128 128
+		f := strings.Fields(line)
+		if len(f) >= 6 && f[1] == "POSIX" && f[4] == pid && strings.HasSuffix(f[5], ":"+ino) {
+			n++
+		}
+	}
+	return n
+}
+
+// A sluice from before the lock moved onto the database file locked a file
+// beside it: a database it holds is refused too.
+func TestAnOlderSluicesLockIsHonoured(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "sluice.db")
+	older, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer older.Close()
+	if err := syscall.Flock(int(older.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(context.Background(), path, Options{}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Open beside an older sluice = %v, want ErrLocked", err)
+	}
+	syscall.Flock(int(older.Fd()), syscall.LOCK_UN)
+	l, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatalf("Open once the older sluice let go: %v", err)
+	}
+	l.Close()
 }
 
 // The file holds the subscribers' secrets and the API token's digest.

@@ -6,30 +6,104 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 )
 
-// lockFile opens path, creating it, and takes an exclusive advisory lock on
-// it that the kernel drops when the process dies, so a crashed owner never
-// leaves a stale lock behind. flock locks are apart from the POSIX locks
-// SQLite takes on the same file.
-func lockFile(path string) (*os.File, error) {
+// dbLock keeps other sluice processes, and other ledgers of this one, off a
+// database file. Its flock is on the file itself, so a symlink or a hard
+// link to the file meets it; the kernel drops it when the process dies, so
+// a crashed owner never leaves a stale lock behind. flock locks are apart
+// from the POSIX locks SQLite takes on the same file.
+type dbLock struct {
+	file   *os.File
+	id     fileID
+	legacy *os.File // path + ".lock", which sluice locked before
+}
+
+// fileID names a file whatever the path to it.
+type fileID struct{ dev, ino uint64 }
+
+// held are the files this process has locked. A second lock of one is
+// refused without opening the file again: closing any descriptor of a file
+// drops every POSIX lock the process holds on it, SQLite's included. It is
+// process-wide because those locks are.
+var held = struct {
+	sync.Mutex
+	ids map[fileID]bool
+}{ids: map[fileID]bool{}}
+
+func idOf(st os.FileInfo) (fileID, bool) {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{dev: uint64(sys.Dev), ino: uint64(sys.Ino)}, true
+}
+
+// lockDatabaseFile opens path, creating it with mode 0600, and locks it.
+func lockDatabaseFile(path string) (*dbLock, error) {
+	held.Lock()
+	defer held.Unlock()
+	if st, err := os.Stat(path); err == nil {
+		if id, ok := idOf(st); ok && held.ids[id] {
+			return nil, ErrLocked
+		}
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open database file: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	st, err := f.Stat()
+	if err != nil {
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, ErrLocked
-		}
-		return nil, fmt.Errorf("lock database: %w", err)
+		return nil, fmt.Errorf("open database file: %w", err)
 	}
-	return f, nil
+	id, _ := idOf(st)
+	if held.ids[id] { // made a moment ago under another name
+		return nil, ErrLocked // f stays open: closing it would drop SQLite's locks
+	}
+	// Not held here, so this process has no POSIX lock on it to lose when
+	// f is closed on a refusal.
+	if err := flock(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	legacy, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err == nil {
+		if err = flock(legacy); err != nil {
+			legacy.Close()
+		}
+	}
+	if err != nil {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+		return nil, err
+	}
+	held.ids[id] = true
+	return &dbLock{file: f, id: id, legacy: legacy}, nil
 }
 
-func unlockFile(f *os.File) {
-	if f != nil {
+// flock takes f's exclusive lock, or fails at once with ErrLocked.
+func flock(f *os.File) error {
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return ErrLocked
+		}
+		return fmt.Errorf("lock database: %w", err)
+	}
+	return nil
+}
+
+// release drops the lock. SQLite must have closed the file first.
+func (l *dbLock) release() {
+	if l == nil {
+		return
+	}
+	held.Lock()
+	delete(held.ids, l.id)
+	held.Unlock()
+	for _, f := range []*os.File{l.legacy, l.file} {
 		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}
