@@ -247,6 +247,35 @@ func (l *Ledger) SetSetting(ctx context.Context, key, value string) error {
 	})
 }
 
+// EraseSetting removes a setting and overwrites what it held in the file,
+// for a value that must not outlive its row (a credential): the delete
+// zeroes the row's bytes, and a checkpoint copies the zeroed page back and
+// empties the WAL, which still held it. Call it while the ledger is quiet
+// (at start-up): the checkpoint waits for no reader.
+func (l *Ledger) EraseSetting(ctx context.Context, key string) error {
+	err := l.write(ctx, func(ctx context.Context, w *writer) error {
+		if _, err := w.conn.ExecContext(ctx, `PRAGMA secure_delete = ON`); err != nil {
+			return err
+		}
+		_, err := w.conn.ExecContext(ctx, `DELETE FROM settings WHERE key = ?`, key)
+		if _, off := w.conn.ExecContext(ctx, `PRAGMA secure_delete = OFF`); err == nil {
+			err = off
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	var busy, logged, moved int
+	if err := l.cdb.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logged, &moved); err != nil {
+		return err
+	}
+	if busy != 0 {
+		return errors.New("erase setting: the checkpoint could not finish; the WAL may still hold the value")
+	}
+	return nil
+}
+
 // TakeSetting returns a setting and removes it, in one write: what it held
 // is read once.
 func (l *Ledger) TakeSetting(ctx context.Context, key string) (string, error) {

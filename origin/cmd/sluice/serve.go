@@ -325,11 +325,11 @@ func rest(ctx context.Context, d time.Duration) bool {
 // working token; a plaintext token left by an earlier version is replaced by
 // its digest here.
 func apiToken(ctx context.Context, l *ledger.Ledger, given string, stdout io.Writer) ([32]byte, error) {
-	if given != "" {
-		return sha256.Sum256([]byte(given)), nil
-	}
 	if err := digestLegacyToken(ctx, l); err != nil {
 		return [32]byte{}, err
+	}
+	if given != "" {
+		return sha256.Sum256([]byte(given)), nil
 	}
 	stored, err := l.Setting(ctx, tokenDigestKey)
 	if err != nil {
@@ -365,9 +365,9 @@ const (
 	legacyTokenKey = "api_token"
 )
 
-// digestLegacyToken replaces a plaintext token by its digest. The digest is
-// written before the token is removed, so a crash between the two leaves
-// both and the next start finishes the job.
+// digestLegacyToken replaces a plaintext token by its digest, and erases it
+// from the file. The digest is written before the token is removed, so a
+// crash between the two leaves both and the next start finishes the job.
 func digestLegacyToken(ctx context.Context, l *ledger.Ledger) error {
 	legacy, err := l.Setting(ctx, legacyTokenKey)
 	if err != nil || legacy == "" {
@@ -377,8 +377,7 @@ func digestLegacyToken(ctx context.Context, l *ledger.Ledger) error {
 	if err := l.SetSetting(ctx, tokenDigestKey, hex.EncodeToString(d[:])); err != nil {
 		return err
 	}
-	_, err = l.TakeSetting(ctx, legacyTokenKey)
-	return err
+	return l.EraseSetting(ctx, legacyTokenKey)
 }
 
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
