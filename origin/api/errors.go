@@ -55,11 +55,12 @@ func classify(err error) *apiError {
 		return &apiError{http.StatusBadRequest, "invalid_json", "the body is not valid JSON in UTF-8"}
 	case errors.Is(err, event.ErrNotObject):
 		return &apiError{http.StatusBadRequest, "bad_request", "an event must be a JSON object"}
-	case errors.Is(err, egress.ErrForbiddenAddress):
-		return &apiError{http.StatusUnprocessableEntity, "invalid_url",
-			"url: " + strings.TrimPrefix(err.Error(), "egress: ") + " (sluice calls internal addresses only when serve has --allow-private-endpoints)"}
-	case errors.Is(err, egress.ErrInvalidURL):
-		return &apiError{http.StatusUnprocessableEntity, "invalid_url", "url: " + strings.TrimPrefix(err.Error(), "egress: ")}
+	case errors.Is(err, egress.ErrForbiddenAddress), errors.Is(err, egress.ErrInvalidURL):
+		msg := "url: " + strings.TrimPrefix(err.Error(), "egress: ")
+		if errors.Is(err, egress.ErrForbiddenAddress) {
+			msg += " (sluice calls internal addresses only when serve has --allow-private-endpoints)"
+		}
+		return &apiError{http.StatusUnprocessableEntity, "invalid_url", msg}
 	case errors.Is(err, ledger.ErrNotFound):
 		return &apiError{http.StatusNotFound, "not_found", err.Error()}
 	case errors.Is(err, ledger.ErrConflict):

@@ -44,7 +44,7 @@ func printable(s string) string {
 		switch {
 		case r == '\t' || r == '\n' || r == '\r':
 			return ' '
-		case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r):
+		case unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp): // controls, bidi and zero-width marks, line breaks
 			return '?'
 		}
 		return r
