@@ -43,9 +43,10 @@ func (l *live) draw(now, start time.Time, specs []Spec, ps []*partner.Partner, s
 		if l.edge {
 			origin = adv.Scale(1 - edgeShare)
 		}
-		lines = append(lines, fmt.Sprintf("  %-13s %6d/%-6d %s %5d/s of %-6s %s",
+		// The cap is the rate after a burst: a second may carry rate + burst.
+		lines = append(lines, fmt.Sprintf("  %-13s %6d/%-6d %s %5d/s of %-20s %s",
 			s.ID, pg.Delivered, expected, bar(pg.Delivered, expected, 20), pg.LastSecond,
-			fmt.Sprintf("%g/s", adv.PerSecond), State(pg, st.Of(s.ID), origin, expected, now)))
+			fmt.Sprintf("%g/s + burst %g", adv.PerSecond, adv.Burst), State(pg, st.Of(s.ID), origin, expected, now)))
 	}
 	for _, line := range lines {
 		if l.tty {

@@ -52,7 +52,8 @@ Edge commands (talk to Cloudflare's API; CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_API_T
   sluice edge put-secret|status           put SLUICE_EDGE_SECRET on the Worker; show its deployment
 
 Environment (a flag wins over its variable):
-  SLUICE_URL         --url of the client commands (default http://127.0.0.1:8080)
+  SLUICE_URL         the API the client commands call: --url (--api-url for subscribers add,
+                     whose --url is the endpoint); default http://127.0.0.1:8080
   SLUICE_API_TOKEN   --api-token: the bearer token serve uses and the clients send
   SLUICE_<FLAG>      every flag of serve and migrate, e.g. SLUICE_DB for --db
 
