@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -386,5 +387,45 @@ func TestAWriteAfterATransactionLeftOpenCommits(t *testing.T) {
 	}
 	if got, err := l.TakeSetting(ctx, "k"); err != nil || got != "v" {
 		t.Fatalf("setting = %q, %v; want v", got, err)
+	}
+}
+
+// Locks refused while the held file is linked onto their path and off it
+// again, over and over, keep SQLite's locks on it whole, even once the
+// garbage collector has run: a descriptor opened by a refusal is closed
+// with the lock, never on its own.
+func TestRefusalsRacingALinkKeepSQLitesLocks(t *testing.T) {
+	t.Parallel()
+	_, _, path := open(t)
+	before := posixLocks(t, path)
+	if before == 0 {
+		t.Fatal("SQLite holds no POSIX lock on the open database: nothing to watch")
+	}
+	other := filepath.Join(t.TempDir(), "other.db")
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			os.Link(path, other)
+			os.Remove(other)
+		}
+	}()
+	for range 2000 {
+		if l, err := lockDatabaseFile(other); err == nil {
+			l.release() // other was a file of its own at that moment
+		}
+	}
+	close(stop)
+	<-done
+	runtime.GC()
+	runtime.GC()
+	if after := posixLocks(t, path); after != before {
+		t.Fatalf("SQLite's POSIX locks on the file: %d before the racing refusals, %d after", before, after)
 	}
 }

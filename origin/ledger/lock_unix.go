@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 )
@@ -18,7 +19,10 @@ import (
 type dbLock struct {
 	file   *os.File
 	id     fileID
-	legacy *os.File // path + ".lock", which sluice locked before
+	legacy *os.File // the file's path + ".lock", which sluice locked before
+	// strays are descriptors of this file opened by refused locks that
+	// found it held only once open: closed with the lock, never before.
+	strays []*os.File
 }
 
 // fileID names a file whatever the path to it.
@@ -30,8 +34,8 @@ type fileID struct{ dev, ino uint64 }
 // process-wide because those locks are.
 var held = struct {
 	sync.Mutex
-	ids map[fileID]bool
-}{ids: map[fileID]bool{}}
+	ids map[fileID]*dbLock
+}{ids: map[fileID]*dbLock{}}
 
 func idOf(st os.FileInfo) (fileID, bool) {
 	sys, ok := st.Sys().(*syscall.Stat_t)
@@ -46,7 +50,7 @@ func lockDatabaseFile(path string) (*dbLock, error) {
 	held.Lock()
 	defer held.Unlock()
 	if st, err := os.Stat(path); err == nil {
-		if id, ok := idOf(st); ok && held.ids[id] {
+		if id, ok := idOf(st); ok && held.ids[id] != nil {
 			return nil, ErrLocked
 		}
 	}
@@ -60,8 +64,11 @@ func lockDatabaseFile(path string) (*dbLock, error) {
 		return nil, fmt.Errorf("open database file: %w", err)
 	}
 	id, _ := idOf(st)
-	if held.ids[id] { // made a moment ago under another name
-		return nil, ErrLocked // f stays open: closing it would drop SQLite's locks
+	if owner := held.ids[id]; owner != nil {
+		// A held file linked or renamed onto path since the Stat: closing
+		// f now would drop SQLite's locks, so its owner closes it.
+		owner.strays = append(owner.strays, f)
+		return nil, ErrLocked
 	}
 	// Not held here, so this process has no POSIX lock on it to lose when
 	// f is closed on a refusal.
@@ -69,19 +76,23 @@ func lockDatabaseFile(path string) (*dbLock, error) {
 		f.Close()
 		return nil, err
 	}
-	legacy, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	target, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		target = path
+	}
+	legacy, err := os.OpenFile(target+".lock", os.O_RDWR|os.O_CREATE, 0o600)
 	if err == nil {
 		if err = flock(legacy); err != nil {
 			legacy.Close()
 		}
 	}
 	if err != nil {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 		return nil, err
 	}
-	held.ids[id] = true
-	return &dbLock{file: f, id: id, legacy: legacy}, nil
+	l := &dbLock{file: f, id: id, legacy: legacy}
+	held.ids[id] = l
+	return l, nil
 }
 
 // flock takes f's exclusive lock, or fails at once with ErrLocked.
@@ -95,16 +106,18 @@ func flock(f *os.File) error {
 	return nil
 }
 
-// release drops the lock. SQLite must have closed the file first.
+// release drops the lock (closing a descriptor drops its flock). SQLite
+// must have closed the file first. It closes under held's mutex, so no new
+// ledger of the file can take its POSIX locks before the last descriptor
+// here is closed.
 func (l *dbLock) release() {
 	if l == nil {
 		return
 	}
 	held.Lock()
-	delete(held.ids, l.id)
-	held.Unlock()
-	for _, f := range []*os.File{l.legacy, l.file} {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	defer held.Unlock()
+	for _, f := range append([]*os.File{l.legacy, l.file}, l.strays...) {
 		f.Close()
 	}
+	delete(held.ids, l.id)
 }
