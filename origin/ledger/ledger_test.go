@@ -1,7 +1,9 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -427,5 +429,53 @@ func TestRefusalsRacingALinkKeepSQLitesLocks(t *testing.T) {
 	runtime.GC()
 	if after := posixLocks(t, path); after != before {
 		t.Fatalf("SQLite's POSIX locks on the file: %d before the racing refusals, %d after", before, after)
+	}
+}
+
+// An erase whose WAL a reader outside sluice keeps from being emptied says
+// so, and leaves a mark: the next ScrubWAL, with the reader gone, empties
+// it, and the file holds none of the value.
+func TestAnEraseTheWALCannotFinishIsFinishedLater(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, _, path := open(t)
+	const secret = "erase-me-0123456789abcdef"
+	if err := l.SetSetting(ctx, "credential", secret); err != nil {
+		t.Fatal(err)
+	}
+	outside, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outside.Close()
+	reader, err := outside.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := reader.QueryRow(`SELECT count(*) FROM settings`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.EraseSetting(ctx, "credential"); !errors.Is(err, ErrScrubPending) {
+		t.Fatalf("EraseSetting beside an outside reader = %v, want ErrScrubPending", err)
+	}
+	if v, _ := l.Setting(ctx, "credential"); v != "" {
+		t.Fatalf("the erased setting still reads %q", v)
+	}
+	reader.Rollback()
+	if err := l.ScrubWAL(ctx); err != nil {
+		t.Fatalf("ScrubWAL once the reader left: %v", err)
+	}
+	if v, _ := l.Setting(ctx, scrubKey); v != "" {
+		t.Errorf("the scrub mark is still there after the scrub")
+	}
+	for _, f := range []string{path, path + "-wal"} {
+		b, err := os.ReadFile(f)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(secret)) {
+			t.Errorf("%s still holds the erased value", filepath.Base(f))
+		}
 	}
 }

@@ -250,14 +250,20 @@ func (l *Ledger) SetSetting(ctx context.Context, key, value string) error {
 // EraseSetting removes a setting and overwrites what it held in the file,
 // for a value that must not outlive its row (a credential): the delete
 // zeroes the row's bytes, and a checkpoint copies the zeroed page back and
-// empties the WAL, which still held it. Call it while the ledger is quiet
-// (at start-up): the checkpoint waits for no reader.
+// empties the WAL, which still holds the row. A reader of the file outside
+// sluice (a shell, a backup) can keep the checkpoint from finishing: the
+// error then wraps ErrScrubPending, and ScrubWAL, which every start should
+// call, finishes the job later.
 func (l *Ledger) EraseSetting(ctx context.Context, key string) error {
 	err := l.write(ctx, func(ctx context.Context, w *writer) error {
 		if _, err := w.conn.ExecContext(ctx, `PRAGMA secure_delete = ON`); err != nil {
 			return err
 		}
 		_, err := w.conn.ExecContext(ctx, `DELETE FROM settings WHERE key = ?`, key)
+		if err == nil {
+			_, err = w.conn.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, '1')
+				ON CONFLICT (key) DO NOTHING`, scrubKey)
+		}
 		if _, off := w.conn.ExecContext(ctx, `PRAGMA secure_delete = OFF`); err == nil {
 			err = off
 		}
@@ -266,14 +272,31 @@ func (l *Ledger) EraseSetting(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	return l.ScrubWAL(ctx)
+}
+
+// scrubKey marks a WAL that still holds an erased value.
+const scrubKey = "wal_scrub_pending"
+
+// ErrScrubPending says the WAL may still hold an erased value.
+var ErrScrubPending = errors.New("a reader outside sluice kept the WAL from being emptied; the next start tries again")
+
+// ScrubWAL empties the WAL if an erase left it holding what it erased,
+// waiting up to the busy timeout for readers.
+func (l *Ledger) ScrubWAL(ctx context.Context) error {
+	if v, err := l.Setting(ctx, scrubKey); err != nil || v == "" {
+		return err
+	}
 	var busy, logged, moved int
 	if err := l.cdb.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logged, &moved); err != nil {
 		return err
 	}
 	if busy != 0 {
-		return errors.New("erase setting: the checkpoint could not finish; the WAL may still hold the value")
+		return ErrScrubPending
 	}
-	return nil
+	// The marker's delete goes to the emptied WAL, with nothing erased in it.
+	_, err := l.TakeSetting(ctx, scrubKey)
+	return err
 }
 
 // TakeSetting returns a setting and removes it, in one write: what it held

@@ -202,6 +202,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
+	if err := l.ScrubWAL(ctx); err != nil {
+		// The value is erased from the tables; only the WAL's old frames
+		// may still hold it, until a start that finds no outside reader.
+		log.Warn("erased data may remain in the WAL", "err", err)
+	}
 
 	policy := egress.Policy{AllowPrivate: c.allowPrivate}
 	m := metrics.New()
@@ -377,7 +382,10 @@ func digestLegacyToken(ctx context.Context, l *ledger.Ledger) error {
 	if err := l.SetSetting(ctx, tokenDigestKey, hex.EncodeToString(d[:])); err != nil {
 		return err
 	}
-	return l.EraseSetting(ctx, legacyTokenKey)
+	if err := l.EraseSetting(ctx, legacyTokenKey); err != nil && !errors.Is(err, ledger.ErrScrubPending) {
+		return err // a pending scrub is retried, and reported, by serve
+	}
+	return nil
 }
 
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
