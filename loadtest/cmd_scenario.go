@@ -56,6 +56,9 @@ func (c *commonFlags) apply(stdout, stderr io.Writer) error {
 		c.o.Live = stdout
 		f, ok := stdout.(*os.File)
 		c.o.LiveTTY = ok && isTTY(f)
+		if c.o.LiveTTY {
+			c.o.LiveWidth = termWidth(f)
+		}
 	}
 	if c.verbose {
 		c.o.Log = stderr

@@ -104,7 +104,7 @@ func Canal(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("%w\nsluice log:\n%s", err, e.sluiceTail())
 	}
 	fired := o.Now().Sub(start)
-	lv := &live{w: o.Live, tty: o.LiveTTY, edge: o.Edge}
+	lv := &live{w: o.Live, tty: o.LiveTTY, width: o.LiveWidth, edge: o.Edge}
 	if _, err := e.waitSettled(ctx, start, start.Add(o.Timeout), len(expected), true, lv); err != nil {
 		return nil, err
 	}

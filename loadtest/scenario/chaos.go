@@ -92,7 +92,7 @@ func Chaos(ctx context.Context, co ChaosOptions) (*Result, error) {
 		defer p.SetMode(partner.Up)
 	}
 	slices.SortFunc(steps, func(a, b step) int { return int(a.at - b.at) })
-	lv := &live{w: o.Live, tty: o.LiveTTY}
+	lv := &live{w: o.Live, tty: o.LiveTTY, width: o.LiveWidth}
 	for _, s := range steps {
 		if err := sleep(ctx, time.Until(start.Add(s.at))); err != nil {
 			return nil, err

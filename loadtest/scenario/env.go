@@ -44,7 +44,10 @@ type Options struct {
 	// none. LiveTTY redraws it in place with ANSI escapes.
 	Live    io.Writer
 	LiveTTY bool
-	Log     io.Writer // the harness's own messages (nil: discarded)
+	// LiveWidth is the terminal's width in columns, when known: redrawn
+	// lines are cut to fit it.
+	LiveWidth int
+	Log       io.Writer // the harness's own messages (nil: discarded)
 	// SluiceLog receives sluice's stderr (nil: kept in sluice.log in the
 	// temp folder, whose tail is shown when sluice fails).
 	SluiceLog io.Writer

@@ -17,6 +17,7 @@ import (
 type live struct {
 	w     io.Writer // nil: no view
 	tty   bool
+	width int // the terminal's columns (tty); 0 when unknown
 	drawn int // lines drawn last time (tty)
 	// edge: the subscribers receive both lanes' types, so sluice's stats
 	// show the tokens of the origin lane's share of each rate.
@@ -43,14 +44,23 @@ func (l *live) draw(now, start time.Time, specs []Spec, ps []*partner.Partner, s
 		if l.edge {
 			origin = adv.Scale(1 - edgeShare)
 		}
-		// The cap is the rate after a burst: a second may carry rate + burst.
-		lines = append(lines, fmt.Sprintf("  %-13s %6d/%-6d %s %5d/s of %-20s %s",
+		state := State(pg, st.Of(s.ID), origin, expected, now)
+		if state == "sending" && float64(pg.LastSecond) > adv.PerSecond {
+			// Above the rate, within rate + burst: say so, or it reads as
+			// the cap broken.
+			state = fmt.Sprintf("sending its burst of %g", adv.Burst)
+		}
+		lines = append(lines, fmt.Sprintf("  %-13s %6d/%-6d %s %5d/s of %-6s %s",
 			s.ID, pg.Delivered, expected, bar(pg.Delivered, expected, 20), pg.LastSecond,
-			fmt.Sprintf("%g/s + burst %g", adv.PerSecond, adv.Burst), State(pg, st.Of(s.ID), origin, expected, now)))
+			fmt.Sprintf("%g/s", adv.PerSecond), state))
 	}
 	for _, line := range lines {
 		if l.tty {
 			b.WriteString("\x1b[2K")
+			// A line the terminal wrapped would throw the redraw off.
+			if r := []rune(line); l.width > 1 && len(r) >= l.width {
+				line = string(r[:l.width-1])
+			}
 		}
 		b.WriteString(line)
 		b.WriteByte('\n')

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/loadtest/instance"
 	"github.com/sluice-dev/sluice/loadtest/partner"
@@ -211,5 +212,27 @@ func TestMilestonesRideInTheBurst(t *testing.T) {
 	}
 	if typeOf("milestone_000001") != milestoneType || typeOf("canal_000001") != eventType {
 		t.Errorf("typeOf mixes up the types")
+	}
+}
+
+// On a terminal the view is redrawn in place: no line may be wider than the
+// terminal, or its wrap throws the redraw off.
+func TestLiveLinesFitTheTerminal(t *testing.T) {
+	t.Parallel()
+	cfg := partner.Config{Name: "a-subscriber-with-a-long-id", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		Advertised: bucket.Rate{PerSecond: 10, Burst: 20}}
+	specs := []Spec{{ID: cfg.Name, Partner: cfg}}
+	ps := []*partner.Partner{partner.New(cfg)}
+	now := time.Date(2026, 7, 11, 8, 14, 2, 0, time.UTC)
+	for _, width := range []int{40, 80} {
+		var out strings.Builder
+		l := &live{w: &out, tty: true, width: width}
+		l.draw(now, now.Add(-3*time.Second), specs, ps, instance.Stats{}, 12000)
+		for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+			line = strings.TrimPrefix(line, "\x1b[2K")
+			if n := utf8.RuneCountInString(line); n >= width {
+				t.Errorf("width %d: a line of %d runes: %q", width, n, line)
+			}
+		}
 	}
 }

@@ -469,3 +469,32 @@ func TestADeliveryTheWorkerRefusesGoesByTheOrigin(t *testing.T) {
 		t.Errorf("the next delivery went by the %s lane, want the edge", d.History[0].Lane)
 	}
 }
+
+// A Worker's 422 refuses that request alone: the delivery goes through the
+// origin, and the Worker's failure count, which the refusal says nothing
+// about, is left as it was.
+func TestARefusalLeavesTheWorkersFailureCount(t *testing.T) {
+	t.Parallel()
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		w.Write([]byte(`{"error":{"code":"invalid_value","message":"refused"}}`))
+	}))
+	t.Cleanup(refusing.Close)
+	b := setup(t, false, withEdge(refusing.URL, "video.view_milestone"))
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"video.view_milestone"} })
+	b.d.mu.Lock()
+	b.d.edge.failures = edgeFailLimit - 1 // one more lane failure would take the Worker out of use
+	b.d.mu.Unlock()
+	b.send("m", "video.view_milestone", 1)
+	if d := waitSent(t, b, "m-0")[0]; len(d.History) != 1 || d.History[0].Lane != ledger.LaneOrigin {
+		t.Fatalf("history %+v, want one origin-lane attempt", d.History)
+	}
+	b.d.mu.Lock()
+	failures, down := b.d.edge.failures, b.d.edge.downUntil
+	b.d.mu.Unlock()
+	if failures != edgeFailLimit-1 || !down.IsZero() {
+		t.Fatalf("after a refusal: %d lane failures, out of use until %v; want %d and in use", failures, down, edgeFailLimit-1)
+	}
+}

@@ -115,8 +115,9 @@ func (c *Client) Deliver(ctx context.Context, req edgewire.DeliverRequest) (defe
 		return 0, res, nil
 	}
 	// 401, 404 and 405 say the lane is misconfigured, 5xx that it is
-	// failing, 400 that the request did not arrive whole: the next may fare
-	// better elsewhere or later. 413 and 422 are about this request alone.
+	// failing, 400 that the Worker could not read what the origin signed (a
+	// Worker of another version, say): every request may meet the same. 413
+	// and 422 are about this request alone.
 	failed := ErrLane
 	switch resp.StatusCode {
 	case http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:

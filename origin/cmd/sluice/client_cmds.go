@@ -79,7 +79,7 @@ func (c *cli) group(ctx context.Context, group string, cmds []subcommand, args [
 	usage := func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: sluice %s COMMAND [flags]\n\nCommands:\n", group)
 		for _, sc := range cmds {
-			fmt.Fprintf(w, "  %-8s %s\n", sc.name, sc.summary)
+			fmt.Fprintf(w, "  %-14s %s\n", sc.name, sc.summary)
 		}
 		fmt.Fprintf(w, "\nRun \"sluice %s COMMAND --help\" for a command's flags.\n", group)
 	}

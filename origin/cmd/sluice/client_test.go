@@ -734,10 +734,20 @@ func TestClientPausesResumesAndRotates(t *testing.T) {
 	if o.okJSON(&s, "subscribers", "show", "s1"); !s.Paused {
 		t.Fatal("subscribers show after pause: not paused")
 	}
+	resumed := time.Now().Truncate(time.Millisecond) // attempts keep milliseconds
 	if r := o.ok("subscribers", "resume", "s1"); strings.TrimSpace(r.stdout) != "resumed subscriber s1" {
 		t.Errorf("subscribers resume: %q", r.stdout)
 	}
-	o.waitDeliveries("the held delivery sent", allStatus(1, "sent"), "--subscriber", "s1")
+	ds := o.waitDeliveries("the held delivery sent", allStatus(1, "sent"), "--subscriber", "s1")
+	var shown struct {
+		Attempts []struct {
+			At time.Time `json:"at"`
+		} `json:"attempts"`
+	}
+	// Held until the resume: its one attempt came after it.
+	if o.okJSON(&shown, "deliveries", "show", ds[0].ID); len(shown.Attempts) != 1 || shown.Attempts[0].At.Before(resumed) {
+		t.Errorf("the delivery sent while paused: attempts %+v, want one after the resume at %s", shown.Attempts, resumed)
+	}
 	if body := recv.body("evt_held"); body == "" {
 		t.Error("the receiver did not get the event held while paused")
 	}
