@@ -43,11 +43,7 @@ func addSubscriber(t *testing.T, l *Ledger, id string, types ...string) {
 
 func TestSecondProcessIsRefused(t *testing.T) {
 	t.Parallel()
-	_, _, path := open(t)
-	sqliteLocks := posixLocks(t, path)
-	if sqliteLocks == 0 {
-		t.Fatal("SQLite holds no POSIX lock on the open database: nothing to watch")
-	}
+	path, sqliteLocks := openWatched(t)
 	if _, err := Open(context.Background(), path, Options{}); !errors.Is(err, ErrLocked) {
 		t.Fatalf("second Open = %v, want ErrLocked", err)
 	}
@@ -73,6 +69,18 @@ func TestSecondProcessIsRefused(t *testing.T) {
 	if now := posixLocks(t, path); now != sqliteLocks {
 		t.Errorf("SQLite's POSIX locks on the file: %d before the refusals, %d after", sqliteLocks, now)
 	}
+}
+
+// openWatched opens a ledger and returns its path and the POSIX locks
+// SQLite holds on it, which tests watch for a refusal that drops them.
+func openWatched(t *testing.T) (string, int) {
+	t.Helper()
+	_, _, path := open(t)
+	n := posixLocks(t, path)
+	if n == 0 {
+		t.Fatal("SQLite holds no POSIX lock on the open database: nothing to watch")
+	}
+	return path, n
 }
 
 // posixLocks counts the POSIX locks this process holds on path's file, from
@@ -398,11 +406,7 @@ func TestAWriteAfterATransactionLeftOpenCommits(t *testing.T) {
 // with the lock, never on its own.
 func TestRefusalsRacingALinkKeepSQLitesLocks(t *testing.T) {
 	t.Parallel()
-	_, _, path := open(t)
-	before := posixLocks(t, path)
-	if before == 0 {
-		t.Fatal("SQLite holds no POSIX lock on the open database: nothing to watch")
-	}
+	path, before := openWatched(t)
 	other := filepath.Join(t.TempDir(), "other.db")
 	stop := make(chan struct{})
 	done := make(chan struct{})
