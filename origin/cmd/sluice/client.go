@@ -308,6 +308,9 @@ type cmdFlags struct {
 	env                   map[string]string // flag name → the variable it falls back to
 	conn                  connection
 	stderr                io.Writer
+	// quiet keeps stray arguments out of errors: a command that takes
+	// secrets may be given one where a flag was meant.
+	quiet bool
 }
 
 // newCmdFlags makes the flag set of "sluice <name>". urlFlag names the flag
@@ -378,6 +381,9 @@ func (f *cmdFlags) parseArgs(args []string, getenv func(string) string, want ...
 		return nil, fmt.Errorf("%s needs %s (see --help): %w", f.name, strings.Join(want, " "), errUsage)
 	}
 	if len(pos) > len(want) {
+		if f.quiet {
+			return nil, fmt.Errorf("%s: unexpected argument (not shown: it may be a secret; flags start with --): %w", f.name, errUsage)
+		}
 		return nil, fmt.Errorf("%s: unexpected argument %q: %w", f.name, pos[len(want)], errUsage)
 	}
 	return pos, nil

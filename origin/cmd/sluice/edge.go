@@ -6,6 +6,7 @@ package main
 // product into the binary.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,12 +16,15 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cloudflare/cloudflare-go/v6/durable_objects"
 	"github.com/cloudflare/cloudflare-go/v6/option"
 	"github.com/cloudflare/cloudflare-go/v6/workers"
 
+	"github.com/sluice-dev/sluice/shared/retryafter"
 	"github.com/sluice-dev/sluice/shared/signature"
 )
 
@@ -43,7 +47,7 @@ const (
 // both into the path unescaped, so anything else is refused before a
 // request is made.
 var (
-	cfAccountID  = regexp.MustCompile(`^[A-Za-z0-9]{1,32}$`)
+	cfAccountID  = regexp.MustCompile(`^[0-9a-fA-F]{32}$`)
 	cfScriptName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,63}$`)
 )
 
@@ -94,7 +98,7 @@ type cfConn struct {
 // connection flags, read from the variables wrangler reads too, and --json.
 func newEdgeFlags(name, summary string, conn *cfConn, stderr io.Writer) *cmdFlags {
 	f := &cmdFlags{FlagSet: newFlags("edge "+name, summary, stderr), name: "edge " + name, summary: summary,
-		env: map[string]string{}, stderr: stderr}
+		env: map[string]string{}, stderr: stderr, quiet: true}
 	f.StringVar(&conn.accountID, "account-id", "", "Cloudflare account id (required)")
 	f.env["account-id"] = "CLOUDFLARE_ACCOUNT_ID"
 	f.StringVar(&conn.token, "cf-api-token", "", "Cloudflare API token (required; never printed)")
@@ -117,11 +121,12 @@ func (c *cfConn) check() error {
 	case c.accountID == "":
 		return fmt.Errorf("needs --account-id (or CLOUDFLARE_ACCOUNT_ID): %w", errUsage)
 	case !cfAccountID.MatchString(c.accountID):
-		return fmt.Errorf("--account-id %q is not a Cloudflare account id (32 hex digits): %w", c.accountID, errUsage)
+		// Not quoted: a token given here by mistake must not be printed.
+		return fmt.Errorf("--account-id is not a Cloudflare account id (32 hex digits): %w", errUsage)
 	case c.token == "":
 		return fmt.Errorf("needs --cf-api-token (or CLOUDFLARE_API_TOKEN): %w", errUsage)
 	case !cfScriptName.MatchString(c.script):
-		return fmt.Errorf("--script %q is not a Worker name (letters, digits, - and _): %w", c.script, errUsage)
+		return fmt.Errorf("--script is not a Worker name (letters, digits, - and _; at most 63): %w", errUsage)
 	case c.retries < 0 || c.retries > 10:
 		return fmt.Errorf("--cf-retries must be between 0 and 10: %w", errUsage)
 	}
@@ -134,12 +139,28 @@ func (c *cfConn) check() error {
 }
 
 // cfClient holds the request options of one command's calls and remembers
-// the last HTTP status, for errors whose body cloudflare-go cannot parse.
+// the last answer: its status, for errors whose body cloudflare-go cannot
+// parse, and its body, whose envelope says whether the call succeeded.
 type cfClient struct {
 	conn       cfConn
 	http       *http.Client
 	opts       []option.RequestOption
 	lastStatus int
+	lastBody   []byte
+	waitAsked  time.Duration // a Retry-After too long to wait out
+}
+
+// cfMaxWait is the longest Retry-After a command waits out; beyond it, it
+// fails and says when to try again.
+const cfMaxWait = 30 * time.Second
+
+// cfRetryAfter reads the wait an answer asks for, as cloudflare-go does:
+// Retry-After-Ms first, then Retry-After.
+func cfRetryAfter(h http.Header) (time.Duration, bool) {
+	if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); err == nil && ms >= 0 {
+		return time.Duration(ms * float64(time.Millisecond)), true
+	}
+	return retryafter.Parse(h.Get("Retry-After"), time.Now())
 }
 
 func newCFClient(conn cfConn) *cfClient {
@@ -156,9 +177,23 @@ func newCFClient(conn cfConn) *cfClient {
 		option.WithMaxRetries(conn.retries),
 		option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 			res, err := next(req)
-			if res != nil {
-				c.lastStatus = res.StatusCode
+			if res == nil {
+				return res, err
 			}
+			c.lastStatus, c.lastBody = res.StatusCode, nil
+			if d, ok := cfRetryAfter(res.Header); ok && d > cfMaxWait {
+				// cloudflare-go would sleep it out in silence.
+				c.waitAsked = d
+				res.Header.Set("x-should-retry", "false")
+			}
+			b, rerr := io.ReadAll(io.LimitReader(res.Body, 8<<20))
+			res.Body.Close()
+			if rerr != nil {
+				// Headers came, then the body stalled or broke: no answer.
+				return nil, &url.Error{Op: "read", URL: req.URL.Redacted(), Err: rerr}
+			}
+			c.lastBody = b
+			res.Body = io.NopCloser(bytes.NewReader(b))
 			return res, err
 		}),
 	}
@@ -207,6 +242,9 @@ func (c *cfClient) fail(ctx context.Context, what, scope string, err error) erro
 		if ce.Status == http.StatusUnauthorized || ce.Status == http.StatusForbidden {
 			ce.hint = "check --cf-api-token or CLOUDFLARE_API_TOKEN and --account-id; the token needs " + scope
 		}
+		if c.waitAsked > 0 {
+			ce.hint = "Cloudflare asks to wait " + c.waitAsked.Round(time.Second).String() + " before trying again"
+		}
 		return ce
 	case ctx.Err() != nil:
 		return fmt.Errorf("cloudflare: %s: interrupted: %w", what, ctx.Err())
@@ -216,9 +254,43 @@ func (c *cfClient) fail(ctx context.Context, what, scope string, err error) erro
 	case c.lastStatus >= 400:
 		// An error page cloudflare-go could not read as an envelope (a
 		// proxy's HTML, say).
-		return &cfError{Status: c.lastStatus, Message: http.StatusText(c.lastStatus)}
+		ce := &cfError{Status: c.lastStatus, Message: http.StatusText(c.lastStatus)}
+		if ce.Status == http.StatusUnauthorized || ce.Status == http.StatusForbidden {
+			ce.hint = "check --cf-api-token or CLOUDFLARE_API_TOKEN and --account-id; the token needs " + scope
+		}
+		return ce
 	}
 	return fmt.Errorf("cloudflare: %s: the answer is not what this client expects: %s", what, truncate(err.Error(), 200))
+}
+
+// succeeded checks the envelope of the last answer: cloudflare-go takes a
+// 200 whose envelope says "success": false, or that has none, as a result.
+func (c *cfClient) succeeded(what string) error {
+	var env struct {
+		Success *bool `json:"success"`
+		Errors  []struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"errors"`
+		Result json.RawMessage `json:"result"`
+	}
+	if err := json.Unmarshal(c.lastBody, &env); err != nil || env.Success == nil {
+		return fmt.Errorf("cloudflare: %s: the answer is not what this client expects: no success envelope", what)
+	}
+	if !*env.Success {
+		var msgs []string
+		for _, e := range env.Errors {
+			msgs = append(msgs, fmt.Sprintf("%s (code %d)", oneLine(e.Message), e.Code))
+		}
+		if len(msgs) == 0 {
+			msgs = append(msgs, "the API says it did not succeed")
+		}
+		return &cfError{Status: c.lastStatus, Message: truncate(strings.Join(msgs, "; "), 300)}
+	}
+	if len(env.Result) == 0 || string(env.Result) == "null" {
+		return fmt.Errorf("cloudflare: %s: the answer is not what this client expects: no result", what)
+	}
+	return nil
 }
 
 // ---- put-secret
@@ -234,13 +306,22 @@ func (c *cli) edgePutSecret(ctx context.Context, args []string) error {
 	if _, err := f.parseArgs(args, c.getenv); err != nil {
 		return err
 	}
-	s := strings.TrimSpace(*secret)
-	if s == "" {
+	// Several secrets, space-separated, let the Worker accept the old and
+	// the new one while serve switches.
+	secrets := strings.Fields(*secret)
+	if len(secrets) == 0 {
 		return fmt.Errorf("edge put-secret needs --edge-secret (or SLUICE_EDGE_SECRET), the whsec_ secret serve uses: %w", errUsage)
 	}
-	if err := signature.CheckSecret(s); err != nil {
-		return fmt.Errorf("--edge-secret: %v: %w", err, errUsage)
+	for i, one := range secrets {
+		if err := signature.CheckSecret(one); err != nil {
+			which := ""
+			if len(secrets) > 1 {
+				which = fmt.Sprintf(" secret %d of %d:", i+1, len(secrets))
+			}
+			return fmt.Errorf("--edge-secret:%s %v: %w", which, err, errUsage)
+		}
 	}
+	s := strings.Join(secrets, " ")
 	if err := conn.check(); err != nil {
 		return fmt.Errorf("edge put-secret: %w", err)
 	}
@@ -257,9 +338,12 @@ func (c *cli) edgePutSecret(ctx context.Context, args []string) error {
 	if err != nil {
 		return cf.fail(ctx, "put secret", "Workers Scripts: Edit", err)
 	}
+	if err := cf.succeeded("put secret"); err != nil {
+		return err
+	}
 	name, typ := res.Name, string(res.Type)
-	if name == "" {
-		name, typ = edgeSecretBinding, "secret_text"
+	if name != edgeSecretBinding {
+		return fmt.Errorf("cloudflare: put secret: the answer names the secret %q, not %s: nothing confirms it was put", truncate(name, 64), edgeSecretBinding)
 	}
 	if f.conn.json {
 		return writeJSON(c.stdout, map[string]string{
@@ -301,6 +385,9 @@ func (c *cli) edgeStatus(ctx context.Context, args []string) error {
 	deps, err := workers.NewScriptDeploymentService(cf.opts...).List(ctx, conn.script, acct)
 	if err != nil {
 		return cf.fail(ctx, "list deployments", scope, err)
+	}
+	if err := cf.succeeded("list deployments"); err != nil {
+		return err
 	}
 	namespaces, err := cf.namespaces(ctx, scope)
 	if err != nil {
@@ -381,6 +468,9 @@ func (cf *cfClient) namespaces(ctx context.Context, scope string) ([]durable_obj
 		res, err := svc.List(ctx, p)
 		if err != nil {
 			return nil, cf.fail(ctx, "list Durable Object namespaces", scope, err)
+		}
+		if err := cf.succeeded("list Durable Object namespaces"); err != nil {
+			return nil, err
 		}
 		fresh := 0
 		for _, ns := range res.Result {

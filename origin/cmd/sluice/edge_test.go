@@ -267,9 +267,14 @@ func TestEdgePutSecretRefusesBadInput(t *testing.T) {
 		{"no token", map[string]string{"CLOUDFLARE_API_TOKEN": " "}, nil,
 			"sluice: edge put-secret: needs --cf-api-token (or CLOUDFLARE_API_TOKEN): usage error"},
 		{"path in script", nil, []string{"--script", "../zones"},
-			`sluice: edge put-secret: --script "../zones" is not a Worker name (letters, digits, - and _): usage error`},
-		{"stray argument", nil, []string{"extra"},
-			`sluice: edge put-secret: unexpected argument "extra": usage error`},
+			`sluice: edge put-secret: --script is not a Worker name (letters, digits, - and _; at most 63): usage error`},
+		// Values given in the wrong place may be secrets: none is echoed.
+		{"stray argument", nil, []string{"whsec_c2VjcmV0LWdpdmVuLXdoZXJlLWEtZmxhZy13YXMtbWVhbnQ="},
+			`sluice: edge put-secret: unexpected argument (not shown: it may be a secret; flags start with --): usage error`},
+		{"token as account", map[string]string{"CLOUDFLARE_ACCOUNT_ID": "Sn3lZkT0kenNotAnAccount0123456789abcdef"}, nil,
+			"sluice: edge put-secret: --account-id is not a Cloudflare account id (32 hex digits): usage error"},
+		{"second of two secrets", nil, []string{"--edge-secret", edgeTestSecret + " whsec_c2hvcnQ="},
+			"sluice: --edge-secret: secret 2 of 2: signature: invalid secret: key is 5 bytes, want at least 24: usage error"},
 	}
 	for _, tc := range cases {
 		env := cfEnv()
@@ -507,5 +512,59 @@ func TestEdgeUsage(t *testing.T) {
 	r = runEdge(t, cfEnv(), "edge", "--help")
 	if r.err != nil || !strings.Contains(r.stdout, "put-secret") || !strings.Contains(r.stdout, "status") {
 		t.Errorf("edge --help: %s\n%s", r.message(), r.stdout)
+	}
+}
+
+// An answer that does not confirm success fails the command (exit 1), even
+// with a 200: cloudflare-go takes any 200 as a result.
+func TestEdgeAnswersThatConfirmNothingFail(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		route, body, want string
+		args              []string
+	}{
+		"put-secret, null":            {"PUT " + edgeSecretsPath, `null`, "no success envelope", []string{"put-secret"}},
+		"put-secret, empty object":    {"PUT " + edgeSecretsPath, `{}`, "no success envelope", []string{"put-secret"}},
+		"put-secret, success false":   {"PUT " + edgeSecretsPath, `{"success":false,"errors":[{"code":10000,"message":"nope"}],"result":null}`, "cloudflare: 200 nope (code 10000)", []string{"put-secret"}},
+		"put-secret, another name":    {"PUT " + edgeSecretsPath, envelope(`{"name":"OTHER","type":"secret_text"}`), `names the secret "OTHER"`, []string{"put-secret"}},
+		"status, null deployments":    {"GET " + edgeDeploymentsPath, `null`, "no success envelope", []string{"status"}},
+		"status, deployments refused": {"GET " + edgeDeploymentsPath, `{"success":false,"errors":[],"result":null}`, "did not succeed", []string{"status"}},
+	} {
+		cf := newFakeCloudflare(t, map[string][]cfAnswer{c.route: {{status: 200, body: c.body}}})
+		r := runEdge(t, cfEnv(), append([]string{"edge"}, append(c.args, "--cf-base-url", cf.URL, "--cf-retries", "0")...)...)
+		if r.code() != 1 || !strings.Contains(r.message(), c.want) || r.stdout != "" {
+			t.Errorf("%s: exit %d, %q, stdout %q; want exit 1 saying %q and nothing on stdout", name, r.code(), r.message(), r.stdout, c.want)
+		}
+	}
+}
+
+// A Retry-After longer than a command should sit through fails at once and
+// says when to try again, where cloudflare-go would sleep it out.
+func TestEdgeLongRetryAfterFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	limited := cfAnswer{status: 429, header: map[string]string{"Retry-After": "3600"},
+		body: `{"success":false,"errors":[{"code":971,"message":"Please wait"}],"messages":[],"result":null}`}
+	cf := newFakeCloudflare(t, map[string][]cfAnswer{"PUT " + edgeSecretsPath: {limited}})
+	r := runEdge(t, cfEnv(), "edge", "put-secret", "--cf-base-url", cf.URL)
+	if r.code() != 1 || !strings.Contains(r.message(), "Cloudflare asks to wait 1h0m0s") {
+		t.Fatalf("exit %d, %q; want exit 1 saying how long Cloudflare asks to wait", r.code(), r.message())
+	}
+	cf.expect(cfRequest{Method: "PUT", Path: edgeSecretsPath, Auth: "Bearer " + edgeTestToken})
+}
+
+// Two secrets, space-separated, go to the Worker as one value it splits:
+// it then accepts either while serve switches.
+func TestEdgePutSecretTakesTwoSecrets(t *testing.T) {
+	t.Parallel()
+	const second = "whsec_c2Vjb25kLXNlY3JldC1mb3ItdGhlLXJvdGF0aW9uLXRlc3Q="
+	cf := newFakeCloudflare(t, map[string][]cfAnswer{"PUT " + edgeSecretsPath: {secretAnswer}})
+	r := runEdge(t, cfEnv(), "edge", "put-secret", "--cf-base-url", cf.URL, "--edge-secret", "  "+edgeTestSecret+"   "+second+" ")
+	if r.err != nil {
+		t.Fatalf("put-secret: %s", r.message())
+	}
+	reqs := cf.expect(cfRequest{Method: "PUT", Path: edgeSecretsPath, Auth: "Bearer " + edgeTestToken})
+	var body struct{ Text string }
+	if err := json.Unmarshal([]byte(reqs[0].Body), &body); err != nil || body.Text != edgeTestSecret+" "+second {
+		t.Errorf("the secret put is not the two secrets joined by one space (%v)", err)
 	}
 }
