@@ -49,8 +49,8 @@ func (d *Dispatcher) attempt(ctx context.Context, s ledger.Subscriber, signer *s
 	if r.err != nil {
 		a.Error = describe(r.err, time.Duration(s.TimeoutMS)*time.Millisecond)
 	}
-	results := d.settle(s.ID, c, a, r.retryAfter, end)
-	d.observe(ctx, s.ID, c, a, results[0], end)
+	results, known := d.settle(s.ID, c, a, r.retryAfter, end)
+	d.observe(ctx, s.ID, c, a, results[0], end, known)
 	d.finish(results)
 }
 
@@ -83,20 +83,21 @@ func (d *Dispatcher) post(ctx context.Context, s ledger.Subscriber, signer *sign
 // subscriber's breaker and pause at once, so the next plan already obeys
 // them. It returns the result first, then any releases of queued work the
 // outcome put on hold.
-func (d *Dispatcher) settle(subID string, c ledger.Claimed, a *ledger.Attempt, retryAfter string, now time.Time) []ledger.Result {
+func (d *Dispatcher) settle(subID string, c ledger.Claimed, a *ledger.Attempt, retryAfter string, now time.Time) (out []ledger.Result, known bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.poke()
 	res := d.outcomeLocked(subID, c, a, retryAfter, now)
-	out := []ledger.Result{res}
+	out = []ledger.Result{res}
 	d.free++
-	if s, ok := d.subs[subID]; ok {
+	s, known := d.subs[subID]
+	if known {
 		s.inflight--
 		s.noteAnswer(now.Sub(a.At), now)
 		out = append(out, d.holdLocked(s, now)...)
 	}
 	d.dispatchLocked(now)
-	return out
+	return out, known
 }
 
 // outcomeLocked classifies an attempt: sent, retry at a time, or dead.

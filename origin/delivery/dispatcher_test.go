@@ -986,3 +986,42 @@ func TestAStopGivesUpOnADatabaseThatRefusesWrites(t *testing.T) {
 		t.Errorf("no error naming the one outcome left unrecorded:\n%s", out)
 	}
 }
+
+// observations records what the dispatcher reports to its Observer.
+type observations struct {
+	mu  sync.Mutex
+	got map[string]int
+}
+
+func (o *observations) ObserveAttempt(sub string, _ ledger.Lane, _ bool, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got[sub]++
+}
+
+// A subscriber removed while its attempts are out is not reported when they
+// answer: its metric series went with it and must not come back.
+func TestARemovedSubscribersLateAnswersAreNotObserved(t *testing.T) {
+	t.Parallel()
+	obs := &observations{got: map[string]int{}}
+	b := setup(t, false, func(c *Config) { c.Observer = obs })
+	release := make(chan struct{})
+	rc := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
+		<-release
+		return http.StatusOK, nil
+	})
+	b.subscriber("gone", rc.URL, nil)
+	b.send("e", "t", 2)
+	waitFor(t, 10*time.Second, "both attempts at the receiver", func() bool { return rc.count() == 2 })
+	if err := b.l.DeleteSubscriber(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	b.d.Remove("gone")
+	close(release)
+	b.settle()
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if n := obs.got["gone"]; n != 0 {
+		t.Fatalf("%d attempts of the removed subscriber observed, want none", n)
+	}
+}

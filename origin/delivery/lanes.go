@@ -244,8 +244,8 @@ func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *s
 			retryAfter = strconv.FormatInt(*res.RetryAfterS, 10)
 		}
 		d.edgeAnswered()
-		results := d.settle(s.ID, c, a, retryAfter, end)
-		d.observe(ctx, s.ID, c, a, results[0], end)
+		results, known := d.settle(s.ID, c, a, retryAfter, end)
+		d.observe(ctx, s.ID, c, a, results[0], end, known)
 		d.finish(results)
 	}
 }
@@ -310,8 +310,17 @@ func (d *Dispatcher) edgeAnswered() {
 	d.mu.Unlock()
 }
 
-// observe reports an attempt to the observer and the log.
-func (d *Dispatcher) observe(ctx context.Context, subID string, c ledger.Claimed, a *ledger.Attempt, res ledger.Result, end time.Time) {
+// observe reports an attempt to the observer and the log; of a subscriber
+// removed while it was out (known false), only a debug line.
+func (d *Dispatcher) observe(ctx context.Context, subID string, c ledger.Claimed, a *ledger.Attempt, res ledger.Result, end time.Time, known bool) {
+	if !known {
+		// Removed while the attempt was out: its series are gone and its
+		// deliveries with it, and a metric observed now would bring them
+		// back, for good.
+		d.cfg.Logger.Debug("attempt answered after its subscriber was removed", "delivery_id", c.ID(),
+			"subscriber_id", subID, "lane", a.Lane, "status", a.StatusCode)
+		return
+	}
 	sent := res.Status == ledger.StatusSent
 	if d.cfg.Observer != nil {
 		d.cfg.Observer.ObserveAttempt(subID, a.Lane, sent, end.Sub(c.CreatedAt))
