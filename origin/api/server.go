@@ -151,6 +151,7 @@ func (s *Server) healthz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
 	if err := s.Ledger.Ping(ctx); err != nil {
+		s.log.Warn("health check failed", "err", err)
 		return fail(http.StatusServiceUnavailable, "unavailable", "database does not answer")
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-dev/sluice/migrations"
@@ -62,6 +63,10 @@ type Ledger struct {
 	countsMu sync.Mutex // guards the last Counts answer
 	counts   map[string]*SubscriberStats
 	countsAt time.Time
+
+	// writeFailed holds the error of the last batch the write loop could
+	// not commit, until one commits: what Ping reports.
+	writeFailed atomic.Pointer[error]
 }
 
 // pragmas are the production settings, applied to every connection: WAL so
@@ -260,11 +265,26 @@ func (l *Ledger) Changes(ctx context.Context) (int64, error) {
 	return n - l.baseChanges, err
 }
 
-// Ping checks that the database answers a read.
+// Ping checks that the database answers: that the last write committed,
+// that the file still starts as a SQLite database (read from the disk: a
+// query may be answered from a connection's cache), and that a table reads.
 func (l *Ledger) Ping(ctx context.Context) error {
-	var one int
-	return l.rdb.QueryRowContext(ctx, `SELECT 1`).Scan(&one)
+	if err := l.writeFailed.Load(); err != nil {
+		return fmt.Errorf("the last write failed: %w", *err)
+	}
+	header := make([]byte, len(sqliteHeader))
+	if _, err := l.lock.file.ReadAt(header, 0); err != nil {
+		return fmt.Errorf("reading the database file: %w", err)
+	}
+	if string(header) != sqliteHeader {
+		return errors.New("the database file no longer starts as a SQLite database")
+	}
+	var n int
+	return l.rdb.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n)
 }
+
+// sqliteHeader opens every SQLite database file.
+const sqliteHeader = "SQLite format 3\x00"
 
 // op is one unit of work for the write loop. fn runs inside the batch's
 // transaction; it must check everything that can fail for a domain reason
@@ -430,10 +450,12 @@ func (l *Ledger) commit(batch []op) {
 		return err
 	}()
 	if err == nil {
+		l.writeFailed.Store(nil)
 		for _, f := range w.after {
 			f()
 		}
 	} else {
+		l.writeFailed.Store(&err)
 		l.stmts.rollback.ExecContext(ctx)
 		l.staleSent()
 		// Ops may have updated patterns before the rollback undid them.

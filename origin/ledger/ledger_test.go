@@ -483,3 +483,36 @@ func TestAnEraseTheWALCannotFinishIsFinishedLater(t *testing.T) {
 		}
 	}
 }
+
+// Ping answers for the file, not only for a connection: it fails while the
+// last write could not commit, until one does, and when the file is no
+// longer a database.
+func TestPingAnswersForTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, _, path := open(t)
+	if err := l.Ping(ctx); err != nil {
+		t.Fatalf("Ping of a fresh ledger: %v", err)
+	}
+	boom := errors.New("disk I/O error")
+	if err := l.write(ctx, func(context.Context, *writer) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("the failing write: %v", err)
+	}
+	if err := l.Ping(ctx); !errors.Is(err, boom) {
+		t.Fatalf("Ping after a batch that could not commit = %v, want its error", err)
+	}
+	if err := l.SetSetting(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Ping(ctx); err != nil {
+		t.Fatalf("Ping once a write committed again: %v", err)
+	}
+	for _, f := range []string{path, path + "-wal"} {
+		if err := os.Truncate(f, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Ping(ctx); err == nil {
+		t.Fatal("Ping of a file truncated to nothing succeeded")
+	}
+}

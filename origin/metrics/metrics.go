@@ -110,6 +110,7 @@ var (
 	deadDesc     = prometheus.NewDesc("sluice_dead_letters", "Deliveries in the dead-letter state.", []string{"subscriber_id"}, nil)
 	breakerDesc  = prometheus.NewDesc("sluice_breaker_state", "Circuit breaker state: 0 closed, 1 half-open, 2 open.", []string{"subscriber_id"}, nil)
 	pausedDesc   = prometheus.NewDesc("sluice_paused_until_timestamp_seconds", "When the subscriber's Retry-After pause ends (0 if not paused).", []string{"subscriber_id"}, nil)
+	heldDesc     = prometheus.NewDesc("sluice_subscriber_paused", "1 while an operator has paused the subscriber, else 0.", []string{"subscriber_id"}, nil)
 	tokensDesc   = prometheus.NewDesc("sluice_bucket_tokens", "Tokens in the subscriber's origin bucket now.", []string{"subscriber_id"}, nil)
 	writesDesc   = prometheus.NewDesc("sluice_ledger_row_writes_total", "Rows this process has inserted, updated or deleted in the ledger.", nil, nil)
 )
@@ -122,7 +123,7 @@ type state struct {
 }
 
 func (s *state) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{pendingDesc, inflightDesc, deadDesc, breakerDesc, pausedDesc, tokensDesc, writesDesc} {
+	for _, d := range []*prometheus.Desc{pendingDesc, inflightDesc, deadDesc, breakerDesc, pausedDesc, heldDesc, tokensDesc, writesDesc} {
 		ch <- d
 	}
 }
@@ -144,16 +145,28 @@ func (s *state) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(breakerDesc, prometheus.GaugeValue, b, id)
 		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, paused, id)
+		held := 0.0
+		if sn.Paused {
+			held = 1
+		}
+		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, held, id)
 		ch <- prometheus.MustNewConstMetric(tokensDesc, prometheus.GaugeValue, sn.Tokens, id)
 	}
+	// A ledger that cannot be read fails the scrape (a 500, and up == 0 in
+	// Prometheus) rather than leave out the series an alert watches.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if n, err := s.c.Changes(ctx); err == nil {
-		ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(n))
+	n, err := s.c.Changes(ctx)
+	if err != nil {
+		s.log.Error("metrics: reading the ledger's write count", "err", err)
+		ch <- prometheus.NewInvalidMetric(writesDesc, err)
+		return
 	}
+	ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(n))
 	stats, err := s.c.Counts(ctx)
 	if err != nil {
 		s.log.Error("metrics: reading ledger counts", "err", err)
+		ch <- prometheus.NewInvalidMetric(pendingDesc, err)
 		return
 	}
 	for id := range snap {

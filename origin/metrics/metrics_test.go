@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -123,6 +124,10 @@ func TestScrapeShowsAttemptsLatencyAndState(t *testing.T) {
 			if got := value(t, fams, "sluice_breaker_state", map[string]string{"subscriber_id": "good"}); got != 0 {
 				t.Fatalf("breaker{good} = %v, want 0 (closed)", got)
 			}
+			if held, good := value(t, fams, "sluice_subscriber_paused", map[string]string{"subscriber_id": "held"}),
+				value(t, fams, "sluice_subscriber_paused", map[string]string{"subscriber_id": "good"}); held != 1 || good != 0 {
+				t.Fatalf("paused{held} = %v and paused{good} = %v, want 1 and 0", held, good)
+			}
 			return
 		}
 		if time.Now().After(deadline) {
@@ -131,3 +136,35 @@ func TestScrapeShowsAttemptsLatencyAndState(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// brokenLedger answers nothing.
+type brokenLedger struct{}
+
+func (brokenLedger) Counts(context.Context) (map[string]*ledger.SubscriberStats, error) {
+	return nil, errors.New("file is not a database")
+}
+func (brokenLedger) Changes(context.Context) (int64, error) {
+	return 0, errors.New("file is not a database")
+}
+
+// A ledger that cannot be read fails the scrape: an alert on dead letters
+// must see the scrape fail, not the series go quietly missing.
+func TestAnUnreadableLedgerFailsTheScrape(t *testing.T) {
+	t.Parallel()
+	m := New()
+	m.Watch(emptySnapshots{}, brokenLedger{}, slog.New(slog.DiscardHandler))
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("scrape of an unreadable ledger: %d, want 500", resp.StatusCode)
+	}
+}
+
+type emptySnapshots struct{}
+
+func (emptySnapshots) Snapshot() map[string]delivery.SubscriberSnapshot { return nil }
