@@ -64,10 +64,22 @@ type Ledger struct {
 	counts   map[string]*SubscriberStats
 	countsAt time.Time
 
-	// writeFailed holds the error of the last batch the write loop could
-	// not commit, until one commits: what Ping reports.
-	writeFailed atomic.Pointer[error]
+	// writeFailed is the last batch the write loop could not commit: Ping
+	// fails for writeFailedFor after it, whatever commits meanwhile (a
+	// commit may write nothing, and an idle server may not write at all).
+	writeFailed atomic.Pointer[failedWrite]
 }
+
+// failedWrite is a batch that could not commit, and when.
+type failedWrite struct {
+	err error
+	at  time.Time
+}
+
+// writeFailedFor is how long a failed write keeps Ping failing: a write
+// failing again and again keeps it failing; one that failed once stops
+// counting against the database after this long.
+const writeFailedFor = 30 * time.Second
 
 // pragmas are the production settings, applied to every connection: WAL so
 // readers never block the writer, synchronous=NORMAL (durable across a
@@ -269,8 +281,8 @@ func (l *Ledger) Changes(ctx context.Context) (int64, error) {
 // that the file still starts as a SQLite database (read from the disk: a
 // query may be answered from a connection's cache), and that a table reads.
 func (l *Ledger) Ping(ctx context.Context) error {
-	if err := l.writeFailed.Load(); err != nil {
-		return fmt.Errorf("the last write failed: %w", *err)
+	if f := l.writeFailed.Load(); f != nil && l.now().Sub(f.at) < writeFailedFor {
+		return fmt.Errorf("a write failed %s ago: %w", l.now().Sub(f.at).Round(time.Second), f.err)
 	}
 	header := make([]byte, len(sqliteHeader))
 	if _, err := l.lock.file.ReadAt(header, 0); err != nil {
@@ -450,12 +462,11 @@ func (l *Ledger) commit(batch []op) {
 		return err
 	}()
 	if err == nil {
-		l.writeFailed.Store(nil)
 		for _, f := range w.after {
 			f()
 		}
 	} else {
-		l.writeFailed.Store(&err)
+		l.writeFailed.Store(&failedWrite{err: err, at: l.now()})
 		l.stmts.rollback.ExecContext(ctx)
 		l.staleSent()
 		// Ops may have updated patterns before the rollback undid them.

@@ -109,27 +109,33 @@ func posixLocks(t *testing.T, path string) int {
 }
 
 // A sluice from before the lock moved onto the database file locked a file
-// beside it: a database it holds is refused too.
+// beside the path it was given: a database it holds is refused too, through
+// the same path and through a symlink it was given.
 func TestAnOlderSluicesLockIsHonoured(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "sluice.db")
-	older, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
+	dir := t.TempDir()
+	file, link := filepath.Join(dir, "sluice.db"), filepath.Join(dir, "link.db")
+	if err := os.Symlink(file, link); err != nil {
 		t.Fatal(err)
 	}
-	defer older.Close()
-	if err := syscall.Flock(int(older.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		t.Fatal(err)
+	for _, given := range []string{file, link} {
+		older, err := os.OpenFile(given+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Flock(int(older.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(context.Background(), given, Options{}); !errors.Is(err, ErrLocked) {
+			t.Errorf("Open of %s beside an older sluice given it = %v, want ErrLocked", filepath.Base(given), err)
+		}
+		older.Close() // the older sluice lets go
+		l, err := Open(context.Background(), given, Options{})
+		if err != nil {
+			t.Fatalf("Open of %s once the older sluice let go: %v", filepath.Base(given), err)
+		}
+		l.Close()
 	}
-	if _, err := Open(context.Background(), path, Options{}); !errors.Is(err, ErrLocked) {
-		t.Fatalf("Open beside an older sluice = %v, want ErrLocked", err)
-	}
-	syscall.Flock(int(older.Fd()), syscall.LOCK_UN)
-	l, err := Open(context.Background(), path, Options{})
-	if err != nil {
-		t.Fatalf("Open once the older sluice let go: %v", err)
-	}
-	l.Close()
 }
 
 // The file holds the subscribers' secrets and the API token's digest.
@@ -484,13 +490,13 @@ func TestAnEraseTheWALCannotFinishIsFinishedLater(t *testing.T) {
 	}
 }
 
-// Ping answers for the file, not only for a connection: it fails while the
-// last write could not commit, until one does, and when the file is no
-// longer a database.
+// Ping answers for the file, not only for a connection: it fails for a
+// while after a write could not commit, whatever commits meanwhile, and
+// when the file is no longer a database.
 func TestPingAnswersForTheDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l, _, path := open(t)
+	l, clock, path := open(t)
 	if err := l.Ping(ctx); err != nil {
 		t.Fatalf("Ping of a fresh ledger: %v", err)
 	}
@@ -501,11 +507,16 @@ func TestPingAnswersForTheDatabase(t *testing.T) {
 	if err := l.Ping(ctx); !errors.Is(err, boom) {
 		t.Fatalf("Ping after a batch that could not commit = %v, want its error", err)
 	}
-	if err := l.SetSetting(ctx, "k", "v"); err != nil {
+	if _, err := l.Changes(ctx); err != nil { // a commit that writes nothing
 		t.Fatal(err)
 	}
+	clock.Advance(writeFailedFor - time.Second)
+	if err := l.Ping(ctx); !errors.Is(err, boom) {
+		t.Fatalf("Ping %s after the failed write, an empty commit since = %v, want its error", writeFailedFor-time.Second, err)
+	}
+	clock.Advance(time.Second)
 	if err := l.Ping(ctx); err != nil {
-		t.Fatalf("Ping once a write committed again: %v", err)
+		t.Fatalf("Ping %s after the failed write: %v", writeFailedFor, err)
 	}
 	for _, f := range []string{path, path + "-wal"} {
 		if err := os.Truncate(f, 0); err != nil {

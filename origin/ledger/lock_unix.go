@@ -17,9 +17,11 @@ import (
 // a crashed owner never leaves a stale lock behind. flock locks are apart
 // from the POSIX locks SQLite takes on the same file.
 type dbLock struct {
-	file   *os.File
-	id     fileID
-	legacy *os.File // the file's path + ".lock", which sluice locked before
+	file *os.File
+	id   fileID
+	// legacy are the side files sluice locked before: path + ".lock", as
+	// given and beside the file a symlink points to.
+	legacy []*os.File
 	// strays are descriptors of this file opened by refused locks that
 	// found it held only once open: closed with the lock, never before.
 	strays []*os.File
@@ -76,21 +78,26 @@ func lockDatabaseFile(path string) (*dbLock, error) {
 		f.Close()
 		return nil, err
 	}
-	target, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		target = path
+	l := &dbLock{file: f, id: id}
+	sides := []string{path + ".lock"}
+	if target, err := filepath.EvalSymlinks(path); err == nil && target != path {
+		sides = append(sides, target+".lock")
 	}
-	legacy, err := os.OpenFile(target+".lock", os.O_RDWR|os.O_CREATE, 0o600)
-	if err == nil {
-		if err = flock(legacy); err != nil {
-			legacy.Close()
+	for _, side := range sides {
+		lf, err := os.OpenFile(side, os.O_RDWR|os.O_CREATE, 0o600)
+		if err == nil {
+			if err = flock(lf); err != nil {
+				lf.Close()
+			}
 		}
+		if err != nil {
+			for _, g := range append(l.legacy, f) {
+				g.Close()
+			}
+			return nil, err
+		}
+		l.legacy = append(l.legacy, lf)
 	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	l := &dbLock{file: f, id: id, legacy: legacy}
 	held.ids[id] = l
 	return l, nil
 }
@@ -116,7 +123,7 @@ func (l *dbLock) release() {
 	}
 	held.Lock()
 	defer held.Unlock()
-	for _, f := range append([]*os.File{l.legacy, l.file}, l.strays...) {
+	for _, f := range append(append(l.legacy, l.file), l.strays...) {
 		f.Close()
 	}
 	delete(held.ids, l.id)
