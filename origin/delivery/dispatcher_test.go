@@ -999,6 +999,12 @@ func (o *observations) ObserveAttempt(sub string, _ ledger.Lane, _ bool, _ time.
 	o.got[sub]++
 }
 
+func (o *observations) ObserveDeferral(sub string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got["deferral "+sub]++
+}
+
 // A subscriber removed while its attempts are out is not reported when they
 // answer: its metric series went with it and must not come back.
 func TestARemovedSubscribersLateAnswersAreNotObserved(t *testing.T) {

@@ -498,3 +498,36 @@ func TestARefusalLeavesTheWorkersFailureCount(t *testing.T) {
 		t.Fatalf("after a refusal: %d lane failures, out of use until %v; want %d and in use", failures, down, edgeFailLimit-1)
 	}
 }
+
+// A deferral that comes back after its subscriber was removed is not
+// counted: the subscriber's series went with it.
+func TestARemovedSubscribersLateDeferralIsNotObserved(t *testing.T) {
+	t.Parallel()
+	asked := make(chan struct{}, 1)
+	release := make(chan struct{})
+	deferring := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		asked <- struct{}{}
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		w.Write([]byte(`{"deferred":true,"retry_in_ms":60000}`))
+	}))
+	t.Cleanup(deferring.Close)
+	obs := &observations{got: map[string]int{}}
+	b := setup(t, false, withEdge(deferring.URL, "video.view_milestone"), func(c *Config) { c.Observer = obs })
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("gone", rc.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"video.view_milestone"} })
+	b.send("m", "video.view_milestone", 1)
+	<-asked
+	if err := b.l.DeleteSubscriber(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	b.d.Remove("gone")
+	close(release)
+	b.settle()
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if n := obs.got["deferral gone"]; n != 0 {
+		t.Fatalf("%d deferrals of the removed subscriber observed, want none", n)
+	}
+}

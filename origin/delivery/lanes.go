@@ -226,14 +226,16 @@ func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *s
 		// delivery goes straight back (to the origin lane if the Worker is
 		// now out of use).
 		d.cfg.Logger.Warn("edge lane failed", "delivery_id", c.ID(), "subscriber_id", s.ID, "err", err)
-		d.finish(d.settleLane(s.ID, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: end}, end, false))
+		results, _ := d.settleLane(s.ID, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: end}, end, false)
+		d.finish(results)
 	case deferFor > 0:
 		// The Worker's bucket was empty: reschedule without an attempt, and
 		// take the Worker's word for when its next token comes.
-		if o, ok := d.cfg.Observer.(interface{ ObserveDeferral(string) }); ok {
-			o.ObserveDeferral(s.ID)
+		results, known := d.settleLane(s.ID, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, NextAttemptAt: end.Add(deferFor)}, end, true)
+		if o, ok := d.cfg.Observer.(interface{ ObserveDeferral(string) }); ok && known {
+			o.ObserveDeferral(s.ID) // not for a subscriber removed meanwhile: its series are gone
 		}
-		d.finish(d.settleLane(s.ID, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, NextAttemptAt: end.Add(deferFor)}, end, true))
+		d.finish(results)
 	default:
 		a := &ledger.Attempt{
 			Number: c.Attempts + 1, At: start, Lane: ledger.LaneEdge,
@@ -251,14 +253,16 @@ func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *s
 }
 
 // settleLane frees the worker of an edge attempt that was not an attempt
-// (a deferral, or a lane failure) and notes what it says about the Worker.
-func (d *Dispatcher) settleLane(subID string, res ledger.Result, now time.Time, answered bool) []ledger.Result {
+// (a deferral, or a lane failure) and notes what it says about the Worker;
+// known is whether the subscriber is still there.
+func (d *Dispatcher) settleLane(subID string, res ledger.Result, now time.Time, answered bool) (out []ledger.Result, known bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.poke()
-	out := []ledger.Result{res}
+	out = []ledger.Result{res}
 	d.free++
-	if s, ok := d.subs[subID]; ok {
+	s, known := d.subs[subID]
+	if known {
 		s.inflight--
 		if answered {
 			s.answered = now
@@ -293,7 +297,7 @@ func (d *Dispatcher) settleLane(subID string, res ledger.Result, now time.Time, 
 		}
 	}
 	d.dispatchLocked(now)
-	return out
+	return out, known
 }
 
 func latest(a, b time.Time) time.Time {
