@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -152,21 +153,27 @@ func (s *state) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, held, id)
 		ch <- prometheus.MustNewConstMetric(tokensDesc, prometheus.GaugeValue, sn.Tokens, id)
 	}
-	// A ledger that cannot be read fails the scrape (a 500, and up == 0 in
-	// Prometheus) rather than leave out the series an alert watches.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// A ledger that cannot be read fails the scrape (a 500, and up == 0 in
+	// Prometheus) rather than leave out the series an alert watches. One
+	// too slow to answer in time (a huge backlog) leaves out only its own
+	// series: the rest of the scrape matters most then.
+	failed := func(desc *prometheus.Desc, what string, err error) {
+		s.log.Error("metrics: reading "+what, "err", err)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			ch <- prometheus.NewInvalidMetric(desc, err)
+		}
+	}
 	n, err := s.c.Changes(ctx)
 	if err != nil {
-		s.log.Error("metrics: reading the ledger's write count", "err", err)
-		ch <- prometheus.NewInvalidMetric(writesDesc, err)
+		failed(writesDesc, "the ledger's write count", err)
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(n))
 	stats, err := s.c.Counts(ctx)
 	if err != nil {
-		s.log.Error("metrics: reading ledger counts", "err", err)
-		ch <- prometheus.NewInvalidMetric(pendingDesc, err)
+		failed(pendingDesc, "ledger counts", err)
 		return
 	}
 	for id := range snap {

@@ -137,34 +137,56 @@ func TestScrapeShowsAttemptsLatencyAndState(t *testing.T) {
 	}
 }
 
-// brokenLedger answers nothing.
-type brokenLedger struct{}
+// brokenLedger fails where told to, with err.
+type brokenLedger struct {
+	changes, counts error
+}
 
-func (brokenLedger) Counts(context.Context) (map[string]*ledger.SubscriberStats, error) {
-	return nil, errors.New("file is not a database")
+func (b brokenLedger) Counts(context.Context) (map[string]*ledger.SubscriberStats, error) {
+	return map[string]*ledger.SubscriberStats{}, b.counts
 }
-func (brokenLedger) Changes(context.Context) (int64, error) {
-	return 0, errors.New("file is not a database")
-}
+func (b brokenLedger) Changes(context.Context) (int64, error) { return 7, b.changes }
 
 // A ledger that cannot be read fails the scrape: an alert on dead letters
-// must see the scrape fail, not the series go quietly missing.
+// must see the scrape fail, not the series go quietly missing. One too slow
+// to answer leaves out only its own series.
 func TestAnUnreadableLedgerFailsTheScrape(t *testing.T) {
 	t.Parallel()
-	m := New()
-	m.Watch(emptySnapshots{}, brokenLedger{}, slog.New(slog.DiscardHandler))
-	srv := httptest.NewServer(m.Handler())
-	defer srv.Close()
-	resp, err := http.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusInternalServerError {
-		t.Fatalf("scrape of an unreadable ledger: %d, want 500", resp.StatusCode)
+	broken := errors.New("file is not a database")
+	for name, c := range map[string]struct {
+		ledger brokenLedger
+		status int
+	}{
+		"write count unreadable": {brokenLedger{changes: broken}, http.StatusInternalServerError},
+		"counts unreadable":      {brokenLedger{counts: broken}, http.StatusInternalServerError},
+		"counts too slow":        {brokenLedger{counts: context.DeadlineExceeded}, http.StatusOK},
+		"all well":               {brokenLedger{}, http.StatusOK},
+	} {
+		m := New()
+		m.Watch(oneSnapshot{}, c.ledger, slog.New(slog.DiscardHandler))
+		srv := httptest.NewServer(m.Handler())
+		resp, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("%s: scrape %d, want %d", name, resp.StatusCode, c.status)
+			continue
+		}
+		if c.status == http.StatusOK && !strings.Contains(string(body), `sluice_breaker_state{subscriber_id="s"} 0`) {
+			t.Errorf("%s: the scrape lost the dispatcher's series:\n%s", name, body)
+		}
+		if pending := strings.Contains(string(body), "sluice_deliveries_pending{"); pending != (name == "all well") {
+			t.Errorf("%s: pending series shown %v", name, pending)
+		}
 	}
 }
 
-type emptySnapshots struct{}
+type oneSnapshot struct{}
 
-func (emptySnapshots) Snapshot() map[string]delivery.SubscriberSnapshot { return nil }
+func (oneSnapshot) Snapshot() map[string]delivery.SubscriberSnapshot {
+	return map[string]delivery.SubscriberSnapshot{"s": {}}
+}
