@@ -155,13 +155,20 @@ type cfClient struct {
 const cfMaxWait = 30 * time.Second
 
 // cfRetryAfter reads the wait an answer asks for, as cloudflare-go does:
-// Retry-After-Ms first, then Retry-After.
+// Retry-After-Ms first, then Retry-After in seconds (fractions too) or as a
+// date.
 func cfRetryAfter(h http.Header) (time.Duration, bool) {
 	if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); err == nil && ms >= 0 {
 		return time.Duration(ms * float64(time.Millisecond)), true
 	}
+	if secs, err := strconv.ParseFloat(h.Get("Retry-After"), 64); err == nil && secs >= 0 {
+		return time.Duration(secs * float64(time.Second)), true
+	}
 	return retryafter.Parse(h.Get("Retry-After"), time.Now())
 }
+
+// cfMaxAnswer is the largest answer read; these calls get a few KiB.
+const cfMaxAnswer = 8 << 20
 
 func newCFClient(conn cfConn) *cfClient {
 	c := &cfClient{conn: conn, http: &http.Client{
@@ -180,17 +187,20 @@ func newCFClient(conn cfConn) *cfClient {
 			if res == nil {
 				return res, err
 			}
-			c.lastStatus, c.lastBody = res.StatusCode, nil
+			c.lastStatus, c.lastBody, c.waitAsked = res.StatusCode, nil, 0
 			if d, ok := cfRetryAfter(res.Header); ok && d > cfMaxWait {
 				// cloudflare-go would sleep it out in silence.
 				c.waitAsked = d
 				res.Header.Set("x-should-retry", "false")
 			}
-			b, rerr := io.ReadAll(io.LimitReader(res.Body, 8<<20))
+			b, rerr := io.ReadAll(io.LimitReader(res.Body, cfMaxAnswer+1))
 			res.Body.Close()
 			if rerr != nil {
 				// Headers came, then the body stalled or broke: no answer.
 				return nil, &url.Error{Op: "read", URL: req.URL.Redacted(), Err: rerr}
+			}
+			if len(b) > cfMaxAnswer {
+				return nil, fmt.Errorf("the answer is over %d MiB", cfMaxAnswer>>20)
 			}
 			c.lastBody = b
 			res.Body = io.NopCloser(bytes.NewReader(b))

@@ -542,14 +542,16 @@ func TestEdgeAnswersThatConfirmNothingFail(t *testing.T) {
 // says when to try again, where cloudflare-go would sleep it out.
 func TestEdgeLongRetryAfterFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	limited := cfAnswer{status: 429, header: map[string]string{"Retry-After": "3600"},
-		body: `{"success":false,"errors":[{"code":971,"message":"Please wait"}],"messages":[],"result":null}`}
-	cf := newFakeCloudflare(t, map[string][]cfAnswer{"PUT " + edgeSecretsPath: {limited}})
-	r := runEdge(t, cfEnv(), "edge", "put-secret", "--cf-base-url", cf.URL)
-	if r.code() != 1 || !strings.Contains(r.message(), "Cloudflare asks to wait 1h0m0s") {
-		t.Fatalf("exit %d, %q; want exit 1 saying how long Cloudflare asks to wait", r.code(), r.message())
+	for value, want := range map[string]string{"3600": "1h0m0s", "3600.5": "1h0m1s"} {
+		limited := cfAnswer{status: 429, header: map[string]string{"Retry-After": value},
+			body: `{"success":false,"errors":[{"code":971,"message":"Please wait"}],"messages":[],"result":null}`}
+		cf := newFakeCloudflare(t, map[string][]cfAnswer{"PUT " + edgeSecretsPath: {limited}})
+		r := runEdge(t, cfEnv(), "edge", "put-secret", "--cf-base-url", cf.URL)
+		if r.code() != 1 || !strings.Contains(r.message(), "Cloudflare asks to wait "+want) {
+			t.Fatalf("Retry-After %s: exit %d, %q; want exit 1 saying Cloudflare asks to wait %s", value, r.code(), r.message(), want)
+		}
+		cf.expect(cfRequest{Method: "PUT", Path: edgeSecretsPath, Auth: "Bearer " + edgeTestToken})
 	}
-	cf.expect(cfRequest{Method: "PUT", Path: edgeSecretsPath, Auth: "Bearer " + edgeTestToken})
 }
 
 // Two secrets, space-separated, go to the Worker as one value it splits:
