@@ -519,15 +519,8 @@ func TestARemovedSubscribersLateDeferralIsNotObserved(t *testing.T) {
 	b.subscriber("gone", rc.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"video.view_milestone"} })
 	b.send("m", "video.view_milestone", 1)
 	<-asked
-	if err := b.l.DeleteSubscriber(context.Background(), "gone"); err != nil {
-		t.Fatal(err)
-	}
-	b.d.Remove("gone")
-	close(release)
-	b.settle()
-	obs.mu.Lock()
-	defer obs.mu.Unlock()
-	if n := obs.got["deferral gone"]; n != 0 {
+	b.removeWhileOut("gone", release)
+	if n := obs.count("deferral gone"); n != 0 {
 		t.Fatalf("%d deferrals of the removed subscriber observed, want none", n)
 	}
 }

@@ -117,6 +117,19 @@ func (b *bundle) send(prefix, typ string, n int) {
 	}
 }
 
+// removeWhileOut deletes subscriber id, from the ledger and the dispatcher,
+// while its answers are held; then lets them go with release and waits for
+// the dispatcher to settle.
+func (b *bundle) removeWhileOut(id string, release chan struct{}) {
+	b.t.Helper()
+	if err := b.l.DeleteSubscriber(context.Background(), id); err != nil {
+		b.t.Fatal(err)
+	}
+	b.d.Remove(id)
+	close(release)
+	b.settle()
+}
+
 // settle waits until the dispatcher has done everything it can at the
 // current time: real waiting on goroutines and sockets, never on the clock.
 func (b *bundle) settle() {
