@@ -756,11 +756,7 @@ func TestANewSubscriberClaimsNothingAhead(t *testing.T) {
 	t.Parallel()
 	const perSub = 4
 	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, perSub })
-	release := make(chan struct{})
-	rc := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
-		<-release
-		return http.StatusOK, nil
-	})
+	rc, release := heldReceiver(t, b.clock)
 	defer close(release)
 	b.subscriber("new", rc.URL, nil)
 	b.send("e", "t", 100)
@@ -930,11 +926,7 @@ func TestAStopGivesUpOnADatabaseThatRefusesWrites(t *testing.T) {
 	}
 	defer logs.Close()
 	b := setup(t, false, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
-	answer := make(chan struct{})
-	rc := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
-		<-answer
-		return http.StatusOK, nil
-	})
+	rc, answer := heldReceiver(t, b.clock)
 	b.subscriber("s", rc.URL, nil)
 	b.send("e", "t", 1)
 	waitFor(t, 10*time.Second, "the attempt", func() bool { return rc.count() == 1 })
@@ -1017,11 +1009,7 @@ func TestARemovedSubscribersLateAnswersAreNotObserved(t *testing.T) {
 	t.Parallel()
 	obs := &observations{got: map[string]int{}}
 	b := setup(t, false, func(c *Config) { c.Observer = obs })
-	release := make(chan struct{})
-	rc := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
-		<-release
-		return http.StatusOK, nil
-	})
+	rc, release := heldReceiver(t, b.clock)
 	b.subscriber("gone", rc.URL, nil)
 	b.send("e", "t", 2)
 	waitFor(t, 10*time.Second, "both attempts at the receiver", func() bool { return rc.count() == 2 })

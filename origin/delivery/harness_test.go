@@ -219,6 +219,16 @@ func newReceiver(t *testing.T, clock Clock, answer func(r *http.Request, n int) 
 	return rc
 }
 
+// heldReceiver is a receiver that answers 200 to each request once release
+// is closed.
+func heldReceiver(t *testing.T, clock Clock) (*receiver, chan struct{}) {
+	release := make(chan struct{})
+	return newReceiver(t, clock, func(*http.Request, int) (int, http.Header) {
+		<-release
+		return http.StatusOK, nil
+	}), release
+}
+
 func (rc *receiver) count() int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
