@@ -28,14 +28,15 @@ type reply struct {
 	err        error
 }
 
-// attempt sends one claimed delivery and hands its outcome to the recorder.
-func (d *Dispatcher) attempt(ctx context.Context, s ledger.Subscriber, signer *signature.Signer, c ledger.Claimed) {
+// attempt sends one claimed delivery of owner, whose configuration s was
+// when it was dispatched, and hands its outcome to the recorder.
+func (d *Dispatcher) attempt(ctx context.Context, owner *sub, s ledger.Subscriber, signer *signature.Signer, c ledger.Claimed) {
 	defer d.running.Done()
 	start := d.cfg.Clock.Now()
 	r := d.post(ctx, s, signer, c, start)
 	end := d.cfg.Clock.Now()
 	if r.err != nil && ctx.Err() != nil {
-		d.abandoned(s.ID, c, ledger.LaneOrigin, start, end)
+		d.abandoned(owner, c, ledger.LaneOrigin, start, end)
 		return
 	}
 	a := &ledger.Attempt{
@@ -49,7 +50,7 @@ func (d *Dispatcher) attempt(ctx context.Context, s ledger.Subscriber, signer *s
 	if r.err != nil {
 		a.Error = describe(r.err, time.Duration(s.TimeoutMS)*time.Millisecond)
 	}
-	results, known := d.settle(s.ID, c, a, r.retryAfter, end)
+	results, known := d.settle(owner, c, a, r.retryAfter, end)
 	d.observe(ctx, s.ID, c, a, results[0], end, known)
 	d.finish(results)
 }
@@ -82,16 +83,15 @@ func (d *Dispatcher) post(ctx context.Context, s ledger.Subscriber, signer *sign
 // settle turns an attempt into its ledger result and updates the
 // subscriber's breaker and pause at once, so the next plan already obeys
 // them. It returns the result first, then any releases of queued work the
-// outcome put on hold.
-func (d *Dispatcher) settle(subID string, c ledger.Claimed, a *ledger.Attempt, retryAfter string, now time.Time) (out []ledger.Result, known bool) {
+// outcome put on hold; known is whether s is still there.
+func (d *Dispatcher) settle(s *sub, c ledger.Claimed, a *ledger.Attempt, retryAfter string, now time.Time) (out []ledger.Result, known bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.poke()
-	res := d.outcomeLocked(subID, c, a, retryAfter, now)
+	res := d.outcomeLocked(s, c, a, retryAfter, now)
 	out = []ledger.Result{res}
 	d.free++
-	s, known := d.subs[subID]
-	if known {
+	if known = d.liveLocked(s); known {
 		s.inflight--
 		s.noteAnswer(now.Sub(a.At), now)
 		out = append(out, d.holdLocked(s, now)...)
@@ -101,11 +101,10 @@ func (d *Dispatcher) settle(subID string, c ledger.Claimed, a *ledger.Attempt, r
 }
 
 // outcomeLocked classifies an attempt: sent, retry at a time, or dead.
-func (d *Dispatcher) outcomeLocked(subID string, c ledger.Claimed, a *ledger.Attempt, retryAfter string, now time.Time) ledger.Result {
-	res := ledger.Result{Seq: c.Seq, SubscriberID: subID, Attempt: a, EnqueuedAt: c.CreatedAt}
+func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, retryAfter string, now time.Time) ledger.Result {
+	res := ledger.Result{Seq: c.Seq, SubscriberID: s.cfg.ID, Attempt: a, EnqueuedAt: c.CreatedAt}
 	ok := a.Error == "" && a.StatusCode >= 200 && a.StatusCode < 300
-	s, known := d.subs[subID]
-	if !known {
+	if !d.liveLocked(s) {
 		res.Status = ledger.StatusDead // the subscriber was removed; the ledger skips it
 		return res
 	}
@@ -149,18 +148,25 @@ func (d *Dispatcher) outcomeLocked(subID string, c ledger.Claimed, a *ledger.Att
 // timeout and records it: its outcome is unknown, so the history keeps it
 // but it spends nothing and counts as no failure (the breaker does not see
 // it), and the delivery is sent again after the next start.
-func (d *Dispatcher) abandoned(subID string, c ledger.Claimed, lane ledger.Lane, start, end time.Time) {
+func (d *Dispatcher) abandoned(owner *sub, c ledger.Claimed, lane ledger.Lane, start, end time.Time) {
 	d.mu.Lock()
 	d.free++
-	if s, ok := d.subs[subID]; ok {
-		s.inflight--
+	if d.liveLocked(owner) {
+		owner.inflight--
 	}
+	subID := owner.cfg.ID
 	d.mu.Unlock()
 	a := &ledger.Attempt{Number: c.Attempts + 1, At: start, Lane: lane, DurationMS: end.Sub(start).Milliseconds(),
 		Error: "abandoned at shutdown after the drain timeout; outcome unknown"}
 	d.finish([]ledger.Result{{Seq: c.Seq, SubscriberID: subID, Attempt: a, Unknown: true,
 		Status: ledger.StatusPending, NextAttemptAt: end}})
 }
+
+// liveLocked reports whether owner is still the subscriber its id names.
+// One removed while an attempt was out is not, nor is it once created
+// again under the same id: the late outcome must not touch the new one's
+// attempts in flight, breaker or pause.
+func (d *Dispatcher) liveLocked(owner *sub) bool { return d.subs[owner.cfg.ID] == owner }
 
 // describe names a transport failure without the URL (which may carry a
 // token in its query) so it can be stored and shown.

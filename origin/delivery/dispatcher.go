@@ -773,9 +773,9 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			d.unrecorded++
 			d.running.Add(1)
 			if lane == ledger.LaneEdge {
-				go d.viaEdge(d.attemptCtx, s.cfg, d.signerLocked(s, now), c, s.edgeRate)
+				go d.viaEdge(d.attemptCtx, s, s.cfg, d.signerLocked(s, now), c, s.edgeRate)
 			} else {
-				go d.attempt(d.attemptCtx, s.cfg, d.signerLocked(s, now), c)
+				go d.attempt(d.attemptCtx, s, s.cfg, d.signerLocked(s, now), c)
 			}
 			d.turn = (at + 1) % n
 			progress = true

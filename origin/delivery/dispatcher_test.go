@@ -1018,3 +1018,38 @@ func TestARemovedSubscribersLateAnswersAreNotObserved(t *testing.T) {
 		t.Fatalf("%d attempts of the removed subscriber observed, want none", n)
 	}
 }
+
+// A subscriber removed and created again under the same id while the old
+// one's attempts are out starts clean: their late answers touch neither
+// its attempts in flight nor its breaker, and are not reported as its own.
+func TestARecreatedSubscriberIgnoresTheOldOnesAnswers(t *testing.T) {
+	t.Parallel()
+	obs := &observations{got: map[string]int{}}
+	b := setup(t, false, func(c *Config) { c.Observer = obs })
+	release := make(chan struct{})
+	old := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
+		<-release
+		return http.StatusInternalServerError, nil
+	})
+	b.subscriber("again", old.URL, nil)
+	b.send("e", "t", 2)
+	waitFor(t, 10*time.Second, "both attempts at the old receiver", func() bool { return old.count() == 2 })
+	if err := b.l.DeleteSubscriber(context.Background(), "again"); err != nil {
+		t.Fatal(err)
+	}
+	b.d.Remove("again")
+	fresh := newReceiver(t, b.clock, nil)
+	b.subscriber("again", fresh.URL, nil)
+	close(release)
+	b.settle()
+	b.d.mu.Lock()
+	s := b.d.subs["again"]
+	inflight, failures := s.inflight, s.cfg.Breaker.Failures
+	b.d.mu.Unlock()
+	if inflight != 0 || failures != 0 {
+		t.Fatalf("the new subscriber has %d in flight and %d breaker failures, want 0 and 0", inflight, failures)
+	}
+	if n := obs.count("again"); n != 0 {
+		t.Fatalf("%d of the old subscriber's attempts observed as the new one's, want none", n)
+	}
+}

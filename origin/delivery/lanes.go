@@ -193,7 +193,7 @@ func (d *Dispatcher) headWaitLocked(s *sub, now time.Time) time.Duration {
 }
 
 // viaEdge makes one attempt through the edge Worker.
-func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *signature.Signer, c ledger.Claimed, rate bucket.Rate) {
+func (d *Dispatcher) viaEdge(ctx context.Context, owner *sub, s ledger.Subscriber, signer *signature.Signer, c ledger.Claimed, rate bucket.Rate) {
 	defer d.running.Done()
 	start := d.cfg.Clock.Now()
 	h := http.Header{}
@@ -208,7 +208,7 @@ func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *s
 	})
 	end := d.cfg.Clock.Now()
 	if err != nil && ctx.Err() != nil {
-		d.abandoned(s.ID, c, ledger.LaneEdge, start, end)
+		d.abandoned(owner, c, ledger.LaneEdge, start, end)
 		return
 	}
 	switch {
@@ -220,18 +220,18 @@ func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *s
 		// over both lanes still holds.
 		d.cfg.Logger.Warn("edge lane refused the delivery; sending it through the origin", "delivery_id", c.ID(), "subscriber_id", s.ID, "err", err)
 		d.running.Add(1) // attempt's own, beside this one's
-		d.attempt(ctx, s, signer, c)
+		d.attempt(ctx, owner, s, signer, c)
 	case err != nil:
 		// The lane failed, not the subscriber: nothing is charged, and the
 		// delivery goes straight back (to the origin lane if the Worker is
 		// now out of use).
 		d.cfg.Logger.Warn("edge lane failed", "delivery_id", c.ID(), "subscriber_id", s.ID, "err", err)
-		results, _ := d.settleLane(s.ID, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: end}, end, false)
+		results, _ := d.settleLane(owner, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: end}, end, false)
 		d.finish(results)
 	case deferFor > 0:
 		// The Worker's bucket was empty: reschedule without an attempt, and
 		// take the Worker's word for when its next token comes.
-		results, known := d.settleLane(s.ID, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, NextAttemptAt: end.Add(deferFor)}, end, true)
+		results, known := d.settleLane(owner, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, NextAttemptAt: end.Add(deferFor)}, end, true)
 		if o, ok := d.cfg.Observer.(interface{ ObserveDeferral(string) }); ok && known {
 			o.ObserveDeferral(s.ID) // not for a subscriber removed meanwhile: its series are gone
 		}
@@ -246,7 +246,7 @@ func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *s
 			retryAfter = strconv.FormatInt(*res.RetryAfterS, 10)
 		}
 		d.edgeAnswered()
-		results, known := d.settle(s.ID, c, a, retryAfter, end)
+		results, known := d.settle(owner, c, a, retryAfter, end)
 		d.observe(ctx, s.ID, c, a, results[0], end, known)
 		d.finish(results)
 	}
@@ -254,15 +254,14 @@ func (d *Dispatcher) viaEdge(ctx context.Context, s ledger.Subscriber, signer *s
 
 // settleLane frees the worker of an edge attempt that was not an attempt
 // (a deferral, or a lane failure) and notes what it says about the Worker;
-// known is whether the subscriber is still there.
-func (d *Dispatcher) settleLane(subID string, res ledger.Result, now time.Time, answered bool) (out []ledger.Result, known bool) {
+// known is whether s is still there.
+func (d *Dispatcher) settleLane(s *sub, res ledger.Result, now time.Time, answered bool) (out []ledger.Result, known bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.poke()
 	out = []ledger.Result{res}
 	d.free++
-	s, known := d.subs[subID]
-	if known {
+	if known = d.liveLocked(s); known {
 		s.inflight--
 		if answered {
 			s.answered = now
