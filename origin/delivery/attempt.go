@@ -52,7 +52,7 @@ func (d *Dispatcher) attempt(ctx context.Context, owner *sub, s ledger.Subscribe
 	}
 	results, known := d.settle(owner, c, a, r.retryAfter, end)
 	d.observe(ctx, s.ID, c, a, results[0], end, known)
-	d.finish(results)
+	d.finish(results, known)
 }
 
 // post makes the HTTP request of an attempt.
@@ -105,7 +105,7 @@ func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, 
 	res := ledger.Result{Seq: c.Seq, SubscriberID: s.cfg.ID, Attempt: a, EnqueuedAt: c.CreatedAt}
 	ok := a.Error == "" && a.StatusCode >= 200 && a.StatusCode < 300
 	if !d.liveLocked(s) {
-		res.Status = ledger.StatusDead // the subscriber was removed; the ledger skips it
+		res.Status = ledger.StatusDead // the subscriber was removed; finish drops it
 		return res
 	}
 	if s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
@@ -151,7 +151,8 @@ func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, 
 func (d *Dispatcher) abandoned(owner *sub, c ledger.Claimed, lane ledger.Lane, start, end time.Time) {
 	d.mu.Lock()
 	d.free++
-	if d.liveLocked(owner) {
+	known := d.liveLocked(owner)
+	if known {
 		owner.inflight--
 	}
 	subID := owner.cfg.ID
@@ -159,7 +160,7 @@ func (d *Dispatcher) abandoned(owner *sub, c ledger.Claimed, lane ledger.Lane, s
 	a := &ledger.Attempt{Number: c.Attempts + 1, At: start, Lane: lane, DurationMS: end.Sub(start).Milliseconds(),
 		Error: "abandoned at shutdown after the drain timeout; outcome unknown"}
 	d.finish([]ledger.Result{{Seq: c.Seq, SubscriberID: subID, Attempt: a, Unknown: true,
-		Status: ledger.StatusPending, NextAttemptAt: end}})
+		Status: ledger.StatusPending, NextAttemptAt: end}}, known)
 }
 
 // liveLocked reports whether owner is still the subscriber its id names.

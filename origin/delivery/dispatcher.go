@@ -831,6 +831,10 @@ func releases(cs []ledger.Claimed, at time.Time) []ledger.Result {
 type outcome struct {
 	ledger.Result
 	held bool
+	// gone: the attempt's subscriber was removed while it was out, and
+	// perhaps created again under its id. Its row went with it; nothing
+	// is recorded, lest the new one's stats count what the old one got.
+	gone bool
 }
 
 // release hands releases to the recorder; call without d.mu held.
@@ -841,9 +845,10 @@ func (d *Dispatcher) release(rs []ledger.Result) {
 }
 
 // finish hands an attempt's result (first) and any releases it caused to
-// the recorder; the attempt stops counting as unrecorded once they are committed.
-func (d *Dispatcher) finish(rs []ledger.Result) {
-	d.results <- outcome{Result: rs[0], held: true}
+// the recorder; the attempt stops counting as unrecorded once they are
+// committed. known is whether its subscriber was still there.
+func (d *Dispatcher) finish(rs []ledger.Result, known bool) {
+	d.results <- outcome{Result: rs[0], held: true, gone: !known}
 	d.release(rs[1:])
 }
 

@@ -1021,7 +1021,8 @@ func TestARemovedSubscribersLateAnswersAreNotObserved(t *testing.T) {
 
 // A subscriber removed and created again under the same id while the old
 // one's attempts are out starts clean: their late answers touch neither
-// its attempts in flight nor its breaker, and are not reported as its own.
+// its attempts in flight nor its breaker, and are neither reported nor
+// counted in the stats as its own.
 func TestARecreatedSubscriberIgnoresTheOldOnesAnswers(t *testing.T) {
 	t.Parallel()
 	obs := &observations{got: map[string]int{}}
@@ -1051,5 +1052,12 @@ func TestARecreatedSubscriberIgnoresTheOldOnesAnswers(t *testing.T) {
 	}
 	if n := obs.count("again"); n != 0 {
 		t.Fatalf("%d of the old subscriber's attempts observed as the new one's, want none", n)
+	}
+	stats, err := b.l.Stats(context.Background(), b.clock.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := stats["again"]; st != nil && st.Attempts != 0 {
+		t.Fatalf("the new subscriber's stats count %d attempts, want none", st.Attempts)
 	}
 }

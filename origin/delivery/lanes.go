@@ -226,8 +226,8 @@ func (d *Dispatcher) viaEdge(ctx context.Context, owner *sub, s ledger.Subscribe
 		// delivery goes straight back (to the origin lane if the Worker is
 		// now out of use).
 		d.cfg.Logger.Warn("edge lane failed", "delivery_id", c.ID(), "subscriber_id", s.ID, "err", err)
-		results, _ := d.settleLane(owner, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: end}, end, false)
-		d.finish(results)
+		results, known := d.settleLane(owner, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: end}, end, false)
+		d.finish(results, known)
 	case deferFor > 0:
 		// The Worker's bucket was empty: reschedule without an attempt, and
 		// take the Worker's word for when its next token comes.
@@ -235,7 +235,7 @@ func (d *Dispatcher) viaEdge(ctx context.Context, owner *sub, s ledger.Subscribe
 		if o, ok := d.cfg.Observer.(interface{ ObserveDeferral(string) }); ok && known {
 			o.ObserveDeferral(s.ID) // not for a subscriber removed meanwhile: its series are gone
 		}
-		d.finish(results)
+		d.finish(results, known)
 	default:
 		a := &ledger.Attempt{
 			Number: c.Attempts + 1, At: start, Lane: ledger.LaneEdge,
@@ -248,7 +248,7 @@ func (d *Dispatcher) viaEdge(ctx context.Context, owner *sub, s ledger.Subscribe
 		d.edgeAnswered()
 		results, known := d.settle(owner, c, a, retryAfter, end)
 		d.observe(ctx, s.ID, c, a, results[0], end, known)
-		d.finish(results)
+		d.finish(results, known)
 	}
 }
 

@@ -36,10 +36,12 @@ func (d *Dispatcher) record() {
 }
 
 func (d *Dispatcher) flush(batch []outcome) {
-	results := make([]ledger.Result, len(batch))
+	results := make([]ledger.Result, 0, len(batch))
 	held := 0
-	for i, o := range batch {
-		results[i] = o.Result
+	for _, o := range batch {
+		if !o.gone {
+			results = append(results, o.Result)
+		}
 		if o.held {
 			held++
 		}
@@ -62,7 +64,7 @@ func (d *Dispatcher) flush(batch []outcome) {
 	clear(d.dirty)
 	d.mu.Unlock()
 	defer d.unsettled.Add(-int64(len(batch)))
-	if len(batch) == 0 && len(states) == 0 {
+	if len(results) == 0 && len(states) == 0 {
 		return
 	}
 	// An outcome must not be lost while the process runs: its row stays in
