@@ -527,3 +527,64 @@ func TestPingAnswersForTheDatabase(t *testing.T) {
 		t.Fatal("Ping of a file truncated to nothing succeeded")
 	}
 }
+
+// A path given in any of its spellings opens the database: relative with
+// "./" (the default, ./data/sluice.db), with doubled or dotted parts, or
+// through a symlinked folder. Each names one file, whose lock the ledger
+// must not meet as someone else's.
+func TestAnyPathToTheFileOpensIt(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real")
+	if err := os.Mkdir(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(dir, "via")); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	for _, p := range []string{
+		"./data/sluice.db",
+		filepath.Join(dir, "data") + "//twice.db",
+		filepath.Join(dir, "data") + "/../data/./dots.db",
+		filepath.Join(dir, "via", "linked.db"),
+		"via/../via/./mixed.db",
+	} {
+		l, err := Open(context.Background(), p, Options{})
+		if err != nil {
+			t.Errorf("Open(%q): %v", p, err)
+			continue
+		}
+		l.Close()
+		if _, err := Migrate(context.Background(), p, t0); err != nil {
+			t.Errorf("Migrate(%q): %v", p, err)
+		}
+	}
+}
+
+// A file that is not a SQLite database is refused as it is: not made
+// private, not given a lock file beside it.
+func TestAFileThatIsNoDatabaseIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(path, []byte("hello, not a database\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	if _, err := Open(context.Background(), path, Options{}); err == nil || !strings.Contains(err.Error(), "not a SQLite database") {
+		t.Errorf("Open = %v, want an error saying it is not a SQLite database", err)
+	}
+	if _, err := Migrate(context.Background(), path, t0); err == nil || !strings.Contains(err.Error(), "not a SQLite database") {
+		t.Errorf("Migrate = %v, want an error saying it is not a SQLite database", err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("the refused file: %v, %v; want its mode -rw-r--r-- kept", st.Mode().Perm(), err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "hello, not a database\n" {
+		t.Errorf("the refused file now holds %q (%v)", b, err)
+	}
+	if _, err := os.Stat(path + ".lock"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a lock file was left beside the refused file (%v)", err)
+	}
+}

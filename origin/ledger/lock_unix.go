@@ -5,6 +5,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -74,17 +75,27 @@ func lockDatabaseFile(path string) (*dbLock, error) {
 	}
 	// Not held here, so this process has no POSIX lock on it to lose when
 	// f is closed on a refusal.
+	if err := checkHeader(f, path); err != nil {
+		f.Close()
+		return nil, err
+	}
 	if err := flock(f); err != nil {
 		f.Close()
 		return nil, err
 	}
 	l := &dbLock{file: f, id: id}
 	sides := []string{path + ".lock"}
-	if target, err := filepath.EvalSymlinks(path); err == nil && target != path {
+	if target, err := filepath.EvalSymlinks(path); err == nil {
 		sides = append(sides, target+".lock")
 	}
 	for _, side := range sides {
 		lf, err := os.OpenFile(side, os.O_RDWR|os.O_CREATE, 0o600)
+		if err == nil && l.lockedSide(lf) {
+			// The same side file by another spelling ("./data", a
+			// symlinked folder): a second flock of it would meet the first.
+			lf.Close()
+			continue
+		}
 		if err == nil {
 			if err = flock(lf); err != nil {
 				lf.Close()
@@ -100,6 +111,36 @@ func lockDatabaseFile(path string) (*dbLock, error) {
 	}
 	held.ids[id] = l
 	return l, nil
+}
+
+// checkHeader refuses a file that is not a SQLite database before anything
+// changes it: it keeps its mode and gets no lock file beside it. An empty
+// file passes, as a database yet to be written (or one whose pages are all
+// still in its WAL).
+func checkHeader(f *os.File, path string) error {
+	head := make([]byte, len(sqliteHeader))
+	n, err := f.ReadAt(head, 0)
+	if n == 0 && errors.Is(err, io.EOF) {
+		return nil
+	}
+	if string(head[:n]) != sqliteHeader {
+		return fmt.Errorf("%s is not a SQLite database; choose another --db", path)
+	}
+	return nil
+}
+
+// lockedSide reports whether f is a side file l already locked.
+func (l *dbLock) lockedSide(f *os.File) bool {
+	st, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	for _, g := range l.legacy {
+		if gst, err := g.Stat(); err == nil && os.SameFile(st, gst) {
+			return true
+		}
+	}
+	return false
 }
 
 // flock takes f's exclusive lock, or fails at once with ErrLocked.

@@ -187,6 +187,20 @@ func TestMigrate(t *testing.T) {
 	}
 }
 
+// TestServeRunsOnTheDefaultDatabase: with no --db, serve makes and opens
+// ./data/sluice.db where it runs, as `make run` does on a fresh clone.
+func TestServeRunsOnTheDefaultDatabase(t *testing.T) {
+	t.Parallel()
+	c := launch(t, []string{"serve", "--addr", "127.0.0.1:0", "--api-token", "tok-default"})
+	c.waitListening()
+	if status, body := c.request(http.MethodGet, "/healthz", "", nil); status != http.StatusOK {
+		t.Errorf("GET /healthz %d: %s", status, body)
+	}
+	if _, err := os.Stat(filepath.Join(c.cmd.Dir, "data", "sluice.db")); err != nil {
+		t.Errorf("no database at ./data/sluice.db: %v", err)
+	}
+}
+
 var generatedTokenRE = regexp.MustCompile(`(?m)^\s+(sk_[0-9a-f]{48})$`)
 
 // TestGeneratedTokenIsShownOnceAndOnlyItsDigestIsKept: serve without a
