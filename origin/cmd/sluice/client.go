@@ -125,7 +125,9 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		if ctx.Err() != nil {
+		// A deadline the command set (health's) is a server that did not
+		// answer in time; only a cancel is the operator's interrupt.
+		if errors.Is(ctx.Err(), context.Canceled) {
 			return nil, fmt.Errorf("%s %s: interrupted: %w", method, path, ctx.Err())
 		}
 		return nil, &unreachableError{url: c.base.Redacted(), reason: transportReason(err), err: err}
@@ -166,7 +168,7 @@ func (c *apiClient) answerError(resp *http.Response, raw []byte) *apiError {
 			e.Message = "the server answered " + resp.Status
 		}
 	}
-	e.Message = oneLine(e.Message)
+	e.Code, e.Message = oneLine(e.Code), oneLine(e.Message) // whatever SLUICE_URL points at wrote them
 	if resp.StatusCode == http.StatusUnauthorized {
 		if c.token == "" {
 			e.hint = "no API token given: set SLUICE_API_TOKEN or pass --api-token"

@@ -794,7 +794,7 @@ func (c *cli) list(ctx context.Context, f *cmdFlags, path string, q url.Values, 
 	if more && (!f.conn.json || next == "") {
 		how := "raise --limit, or --limit 0 for all"
 		if next != "" {
-			how = "--cursor " + next + " for the next page, or --limit 0 for all"
+			how = "--cursor " + oneLine(next) + " for the next page, or --limit 0 for all"
 		}
 		fmt.Fprintf(c.stderr, "sluice: showing %d %s; more remain (%s)\n", limit, what, how)
 	}

@@ -628,6 +628,30 @@ func TestClientErrors(t *testing.T) {
 		}
 	})
 
+	t.Run("a server that is not sluice", func(t *testing.T) {
+		t.Parallel()
+		// Whatever SLUICE_URL points at, its words reach the terminal
+		// without control characters.
+		const esc = "\x1b]0;owned\x07\x1b[2J"
+		odd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if r.URL.Path == "/v1/stats" {
+				w.WriteHeader(http.StatusInternalServerError)
+				json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "boom" + esc, "message": "m" + esc}})
+				return
+			}
+			json.NewEncoder(w).Encode(map[string]any{"data": []map[string]string{{"id": "s1"}}, "next_cursor": "c" + esc})
+		}))
+		defer odd.Close()
+		env := map[string]string{"SLUICE_URL": odd.URL, "SLUICE_API_TOKEN": clientTestToken}
+		for _, args := range [][]string{{"stats"}, {"subscribers", "list", "--limit", "1"}} {
+			r := sluiceEnv(t, env, args...)
+			if strings.ContainsAny(r.stdout+r.stderr+r.message(), "\x1b\x07") {
+				t.Errorf("%q: control characters reach the terminal: %q %q %q", args, r.stdout, r.stderr, r.message())
+			}
+		}
+	})
+
 	t.Run("help", func(t *testing.T) {
 		t.Parallel()
 		for _, args := range [][]string{{"stats", "--help"}, {"subscribers", "add", "--help"}, {"deliveries", "show", "-h"}} {
