@@ -84,6 +84,8 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 			{"--drain-timeout", "0"},
 			{"--addr", "nope"},
 			{"--addr", "127.0.0.1:99999"},
+			{"--api-token", " \n"},
+			{"--api-token", "tok\x01en"},
 		} {
 			out, errOut, code := runSluice(t, nil, serveArgs(db, "tok", bad...)...)
 			if code != 2 || !strings.Contains(errOut, bad[len(bad)-2]) {
@@ -119,14 +121,15 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 		t.Parallel()
 		db := filepath.Join(t.TempDir(), "sluice.db")
 		c := launch(t, []string{"serve"},
-			"SLUICE_ADDR=127.0.0.1:0", "SLUICE_DB="+db, "SLUICE_API_TOKEN=tok-env", "SLUICE_ALLOW_PRIVATE_ENDPOINTS=true")
+			"SLUICE_ADDR=127.0.0.1:0", "SLUICE_DB="+db, "SLUICE_API_TOKEN=tok-env\n", "SLUICE_ALLOW_PRIVATE_ENDPOINTS=true")
 		c.token = "tok-env"
 		c.waitListening()
 		u, err := url.Parse(c.URL)
 		if err != nil || u.Hostname() != "127.0.0.1" || u.Port() == "" || u.Port() == "0" {
 			t.Fatalf("SLUICE_ADDR=127.0.0.1:0: listening on %q, want 127.0.0.1 and a chosen port", c.URL)
 		}
-		// SLUICE_API_TOKEN is the token; SLUICE_ALLOW_PRIVATE_ENDPOINTS lets a loopback URL in.
+		// SLUICE_API_TOKEN is the token (without the newline a file read
+		// into it ends in); SLUICE_ALLOW_PRIVATE_ENDPOINTS lets a loopback URL in.
 		c.addSubscriber("http://127.0.0.1:9/hook", nil)
 		if status, body := c.request(http.MethodGet, "/v1/subscribers", "tok-other", nil); status != http.StatusUnauthorized {
 			t.Errorf("GET /v1/subscribers with a token other than SLUICE_API_TOKEN: %d, want 401: %s", status, body)

@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/sluice-dev/sluice/origin/api"
 	"github.com/sluice-dev/sluice/origin/breaker"
@@ -88,6 +89,15 @@ func (c *serveConfig) validate() error {
 	}
 	if _, err := logLevel(c.logLevel); err != nil {
 		errs = append(errs, errors.New("--log-level must be debug, info, warn or error"))
+	}
+	// A token read from a file often ends in a newline no client sends
+	// (the CLI and HTTP itself trim it); one that is blank once trimmed, or
+	// holds a control character, could never be sent at all.
+	if given := c.apiToken; given != "" {
+		c.apiToken = strings.TrimSpace(given)
+		if c.apiToken == "" || strings.ContainsFunc(c.apiToken, unicode.IsControl) {
+			errs = append(errs, errors.New("--api-token must be printable text that is not blank"))
+		}
 	}
 	if (c.edgeURL == "") != (c.edgeSecret == "") {
 		errs = append(errs, errors.New("--edge-url and --edge-secret go together"))
