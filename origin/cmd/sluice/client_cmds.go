@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -169,6 +170,10 @@ type attemptJSON struct {
 
 // ---- subscribers
 
+// finite reports whether v is a number JSON can carry (flag's float parser
+// also takes NaN and Inf).
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
 func (c *cli) subscribersAdd(ctx context.Context, args []string) error {
 	// --url is the subscriber's endpoint here, as in the API's body, so the
 	// API's address moves to --api-url; it still falls back to SLUICE_URL.
@@ -205,6 +210,9 @@ func (c *cli) subscribersAdd(ctx context.Context, args []string) error {
 		in["event_types"] = list
 	}
 	if f.given("rate") || f.given("burst") {
+		if !finite(*rate) || !finite(*burst) {
+			return fmt.Errorf("--rate and --burst must be numbers such as 10 or 0.5: %w", errUsage)
+		}
 		r := map[string]float64{}
 		if f.given("rate") {
 			r["per_second"] = *rate

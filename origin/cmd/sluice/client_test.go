@@ -613,6 +613,8 @@ func TestClientErrors(t *testing.T) {
 			{"deliveries", "--status", "bogus"},
 			{"help", "bogus"},
 			{"stats", "--url", "127.0.0.1:8080"}, // no scheme
+			{"subscribers", "add", "--url", "http://127.0.0.1:9/hook", "--rate", "NaN"},
+			{"subscribers", "add", "--url", "http://127.0.0.1:9/hook", "--burst", "Inf"},
 		} {
 			r := sluiceEnv(t, map[string]string{"SLUICE_URL": closed}, args...)
 			if r.code() != 2 || strings.Contains(r.message(), "\n") {
