@@ -1054,3 +1054,17 @@ func TestHeadAnswersWhereGetDoes(t *testing.T) {
 		t.Errorf("HEAD /v1/events (POST only): %d, want 405", r.status)
 	}
 }
+
+// A PATCH may carry the id the subscriber already has, as a body built from
+// a GET does; only another id is refused.
+func TestPatchMayRepeatTheID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createSubscriber(t, `{"id":"same","url":"http://127.0.0.1:9/hook"}`)
+	var s subscriberJSON
+	b.do(t, "PATCH", "/v1/subscribers/same", `{"id":"same","timeout_ms":900}`, http.StatusOK, &s)
+	if s.ID != "same" || s.TimeoutMS != 900 {
+		t.Errorf("PATCH with its own id: %+v, want id same and timeout_ms 900", s)
+	}
+	b.do(t, "PATCH", "/v1/subscribers/same", `{"id":"other"}`, http.StatusBadRequest, nil)
+}

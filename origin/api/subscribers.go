@@ -247,7 +247,9 @@ func (s *Server) patchSubscriber(c echo.Context) error {
 	if err := decodeStrict(body, &in); err != nil {
 		return err
 	}
-	if in.ID != nil || in.Secret != nil {
+	// The id it already has may come back with a GET's fields; a new one
+	// may not.
+	if (in.ID != nil && *in.ID != c.Param("id")) || in.Secret != nil {
 		return badRequest("id and secret cannot be changed here (use rotate-secret for the secret)")
 	}
 	if err := s.checkURL(c, in); err != nil {
