@@ -44,7 +44,7 @@ var badCases = []badCase{
 	// POST /v1/subscribers: unreadable bodies and fields (400).
 	{name: "subscriber invalid JSON", method: "POST", path: "/v1/subscribers", body: `{"url":`, status: 400},
 	{name: "subscriber JSON array", method: "POST", path: "/v1/subscribers", body: `[{"url":"http://127.0.0.1:9/"}]`, status: 400},
-	{name: "subscriber empty body", method: "POST", path: "/v1/subscribers", body: ``, status: 400},
+	{name: "subscriber empty body", method: "POST", path: "/v1/subscribers", body: ``, status: 400, code: "invalid_json", message: "the body is empty"},
 	{name: "subscriber whitespace body", method: "POST", path: "/v1/subscribers", body: " \n ", status: 400},
 	{name: "subscriber unknown field", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","colour":"red"}`, status: 400, message: "colour"},
 	{name: "subscriber url missing", method: "POST", path: "/v1/subscribers", body: `{"event_types":["*"]}`, status: 400, message: "url"},
@@ -112,7 +112,7 @@ var badCases = []badCase{
 
 	// POST /v1/events.
 	{name: "event invalid JSON", method: "POST", path: "/v1/events", body: `{"type":"t.x"`, status: 400},
-	{name: "event empty body", method: "POST", path: "/v1/events", body: ``, status: 400},
+	{name: "event empty body", method: "POST", path: "/v1/events", body: ``, status: 400, code: "invalid_json", message: "the body is empty"},
 	{name: "event JSON array", method: "POST", path: "/v1/events", body: `[{"type":"t.x"}]`, status: 400},
 	{name: "event a string", method: "POST", path: "/v1/events", body: `"t.x"`, status: 400},
 	{name: "event missing type", method: "POST", path: "/v1/events", body: `{"id":"no-type","data":{}}`, status: 400, message: "type", absent: []string{"no-type"}},
@@ -166,7 +166,7 @@ var badCases = []badCase{
 	// POST /v1/subscribers/:id/recover.
 	{name: "recover since missing", method: "POST", path: "/v1/subscribers/catchall/recover", body: `{}`, status: 400, message: "since"},
 	{name: "recover since yesterday", method: "POST", path: "/v1/subscribers/catchall/recover", body: `{"since":"yesterday"}`, status: 422, message: "since"},
-	{name: "recover empty body", method: "POST", path: "/v1/subscribers/catchall/recover", body: ``, status: 400},
+	{name: "recover empty body", method: "POST", path: "/v1/subscribers/catchall/recover", body: ``, status: 400, code: "invalid_json", message: "the body is empty"},
 	{name: "recover unknown subscriber", method: "POST", path: "/v1/subscribers/ghost/recover", body: `{"since":"2020-01-01T00:00:00Z"}`, status: 404},
 
 	// Routing and auth.

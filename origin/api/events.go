@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 
@@ -16,6 +17,9 @@ func (s *Server) postEvent(c echo.Context) error {
 	body, err := readBody(c, s.MaxBody)
 	if err != nil {
 		return err
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return errEmptyBody
 	}
 	p, err := event.Parse(body, s.newEventID)
 	if err != nil {

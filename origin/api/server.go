@@ -194,12 +194,15 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 	return body, nil
 }
 
+// errEmptyBody answers a body of nothing or only spaces, on every route.
+var errEmptyBody = &apiError{http.StatusBadRequest, "invalid_json", "the body is empty; expected a JSON object"}
+
 // decodeStrict reads a JSON object into v, refusing unknown fields and
 // trailing data.
 func decodeStrict(body []byte, v any) error {
 	text := strings.TrimSpace(string(body))
 	if len(text) == 0 {
-		return badRequest("the body is empty; expected a JSON object")
+		return errEmptyBody
 	}
 	if !json.Valid(body) || !utf8.Valid(body) {
 		return malformed(body)
