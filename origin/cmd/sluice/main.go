@@ -8,11 +8,36 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
-// version is stamped by the build (-ldflags "-X main.version=…").
-var version = "dev"
+// version is stamped by make build (-ldflags "-X main.version=…"); a plain
+// go build in a checkout takes the commit Go records in the binary.
+var version = builtVersion("dev", debug.ReadBuildInfo)
+
+// builtVersion is stamped unless it is "dev" and the build recorded its
+// commit: then the commit's first 12 digits, with "-dirty" for changes
+// beside it, as git describe --always --dirty names it.
+func builtVersion(stamped string, read func() (*debug.BuildInfo, bool)) string {
+	info, ok := read()
+	if stamped != "dev" || !ok {
+		return stamped
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			rev = s.Value[:min(12, len(s.Value))]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-dirty"
+		}
+	}
+	if rev == "" {
+		return stamped
+	}
+	return rev + dirty
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
