@@ -383,7 +383,7 @@ func (f *cmdFlags) parseArgs(args []string, getenv func(string) string, want ...
 		return nil, fmt.Errorf("%s needs %s (see --help): %w", f.name, strings.Join(want, " "), errUsage)
 	}
 	if len(pos) > len(want) {
-		if f.quiet {
+		if stray := pos[len(want)]; f.quiet || strings.HasPrefix(stray, "whsec_") || strings.HasPrefix(stray, tokenPrefix) {
 			return nil, fmt.Errorf("%s: unexpected argument (not shown: it may be a secret; flags start with --): %w", f.name, errUsage)
 		}
 		return nil, fmt.Errorf("%s: unexpected argument %q: %w", f.name, pos[len(want)], errUsage)

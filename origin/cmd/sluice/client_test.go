@@ -630,6 +630,22 @@ func TestClientErrors(t *testing.T) {
 		}
 	})
 
+	t.Run("a stray secret is not echoed", func(t *testing.T) {
+		t.Parallel()
+		for _, args := range [][]string{
+			{"subscribers", "rotate-secret", "s1", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
+			{"stats", "sk_0123456789abcdef"},
+		} {
+			r := sluiceEnv(t, map[string]string{"SLUICE_URL": closed}, args...)
+			if secret := args[len(args)-1]; r.code() != 2 || strings.Contains(r.stdout+r.stderr+r.message(), secret) {
+				t.Errorf("%q: %s\nwant exit 2 and the secret nowhere", args, r)
+			}
+		}
+		if r := sluiceEnv(t, map[string]string{"SLUICE_URL": closed}, "subscribers", "show", "a", "b"); !strings.Contains(r.message(), `"b"`) {
+			t.Errorf("subscribers show a b: %s\nwant the stray argument named", r)
+		}
+	})
+
 	t.Run("a server that is not sluice", func(t *testing.T) {
 		t.Parallel()
 		// Whatever SLUICE_URL points at, its words reach the terminal

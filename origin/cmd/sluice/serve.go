@@ -334,6 +334,10 @@ func rest(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// tokenPrefix starts every generated API token, so one pasted where it
+// does not belong can be told and kept out of messages.
+const tokenPrefix = "sk_"
+
 // apiToken returns the SHA-256 of the configured token, or the one kept in
 // the database, generating it and printing it once when there is none. The
 // database keeps only the digest, so a copy of the file does not carry a
@@ -364,7 +368,7 @@ func apiToken(ctx context.Context, l *ledger.Ledger, given string, stdout io.Wri
 	if _, err := rand.Read(b); err != nil {
 		return [32]byte{}, err
 	}
-	token := "sk_" + hex.EncodeToString(b)
+	token := tokenPrefix + hex.EncodeToString(b)
 	d := sha256.Sum256([]byte(token))
 	if err := l.SetSetting(ctx, tokenDigestKey, hex.EncodeToString(d[:])); err != nil {
 		return [32]byte{}, err
