@@ -621,6 +621,11 @@ func TestClientErrors(t *testing.T) {
 				t.Errorf("%q: %s\nwant exit 2 with one line", args, r)
 			}
 		}
+		// A URL without its scheme (as curl takes it) is told so.
+		if r := sluiceEnv(t, map[string]string{"SLUICE_URL": "127.0.0.1:8080"}, "stats"); r.code() != 2 || !strings.Contains(r.message(), "http://") ||
+			strings.Contains(r.message(), "unreadable") {
+			t.Errorf("SLUICE_URL=127.0.0.1:8080: %s\nwant exit 2 and a hint at the scheme", r)
+		}
 		// A URL refused for its form is quoted without its password.
 		for _, bad := range []string{"ftp://me:s3cret@127.0.0.1/", "http://me:s3cret@127.0.0.1/%zz"} {
 			r := sluiceEnv(t, map[string]string{"SLUICE_URL": bad}, "stats")
