@@ -592,8 +592,8 @@ func (d *Dispatcher) Admit(subscriberID string, n int, now time.Time) (int, time
 		return 0, time.Time{} // older work first: these go through the claim
 	}
 	limit, _ := d.limitLocked(s, now)
-	if limit < d.cfg.PerSubscriber {
-		return 0, time.Time{} // breaker open or probing
+	if s.cfg.Breaker.State != breaker.Closed {
+		return 0, time.Time{} // open or probing: the probe goes through the claim
 	}
 	tokens, _ := d.tokensLocked(s, now)
 	a := max(0, min(n, tokens, d.roomLocked(s, limit, d.cfg.HandoffAhead)))
@@ -664,15 +664,29 @@ func (d *Dispatcher) limitLocked(s *sub, now time.Time) (int, time.Time) {
 		d.persistState(s)
 	}
 	if limit == breaker.Unlimited {
-		// A subscriber failing fast is not sent more at once: its breaker
-		// should open with as few attempts out as the cap allows.
-		if s.fast(now) && s.cfg.Breaker.Failures == 0 {
+		switch {
+		case s.fast(now) && s.cfg.Breaker.Failures == 0:
+			// A subscriber failing fast is not sent more at once: its
+			// breaker should open with as few attempts out as the cap allows.
 			return d.cfg.FastSubscriber, until
+		case s.answerTime == 0:
+			return min(startCap, d.cfg.PerSubscriber), until
 		}
 		return d.cfg.PerSubscriber, until
 	}
 	return limit, until
 }
+
+// startCap is the in-flight cap of a subscriber that has not answered since
+// the start. Until its first answer nobody knows whether it answers in a
+// millisecond or in eight seconds, and a crowd of new subscribers that all
+// turn out slow must not take every worker at PerSubscriber each before
+// that shows; the first answer lifts the cap either way.
+const startCap = 2
+
+// slow reports whether the subscriber's answers take slowAnswer or
+// more: the reserve is never its, even with nothing in flight.
+func (s *sub) slow() bool { return s.answerTime >= slowAnswer }
 
 // fastAnswer is the answer time under which a subscriber counts as fast.
 const fastAnswer = 50 * time.Millisecond
@@ -756,7 +770,7 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			if len(s.queue) == 0 || s.cfg.Paused || s.cfg.PausedUntil.After(now) {
 				continue
 			}
-			if d.free <= d.reserve && s.inflight > 0 {
+			if d.free <= d.reserve && (s.inflight > 0 || s.slow()) {
 				continue
 			}
 			if limit, _ := d.limitLocked(s, now); s.inflight >= limit {
@@ -803,7 +817,7 @@ func (d *Dispatcher) holdLocked(s *sub, now time.Time) []ledger.Result {
 		at = s.cfg.PausedUntil
 	case limit == 0:
 		at = until
-	case limit < d.cfg.PerSubscriber && len(s.queue) > limit:
+	case s.cfg.Breaker.State == breaker.HalfOpen && len(s.queue) > limit:
 		// Half-open: keep the one probe, release the rest.
 		out := releases(s.queue[limit:], at)
 		s.queue = s.queue[:limit]

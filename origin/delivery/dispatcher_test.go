@@ -369,7 +369,7 @@ func TestSlowAndFailingSubscribersDoNotDelayAFastOne(t *testing.T) {
 // (16 less a PerSubscriber of 4 and the reserve of 2: 10 here), not
 // PerSubscriber: its cap is there to stop it holding workers, and it gives
 // them straight back. If it then stalls with all of them out, a slow
-// subscriber beside it still gets its whole cap at once.
+// subscriber beside it (one that has answered) still gets its whole cap at once.
 func TestFastSubscriberUsesMoreWorkers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, 4 })
@@ -402,12 +402,19 @@ func TestFastSubscriberUsesMoreWorkers(t *testing.T) {
 	}
 
 	var otherHeld gauge
-	other := newReceiver(t, b.clock, func(r *http.Request, _ int) (int, http.Header) {
+	other := newReceiver(t, b.clock, func(r *http.Request, n int) (int, http.Header) {
+		if n == 1 {
+			return http.StatusOK, nil // it has answered: past its startCap
+		}
 		otherHeld.hold(r, release)
 		return http.StatusOK, nil
 	})
 	t.Cleanup(unblock) // before its server closes, which waits for them
 	b.subscriber("other", other.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"u"} })
+	b.send("first-o", "u", 1)
+	waitFor(t, 3*time.Second, "the other subscriber's first answer", func() bool {
+		return b.d.Snapshot()["other"].Inflight == 0 && other.count() == 1
+	})
 	b.send("o", "u", 6)
 	waitFor(t, 3*time.Second, "the other subscriber's 4 attempts at once", func() bool { return otherHeld.now.Load() == 4 })
 	if n := held.now.Load(); n != 10 {
@@ -750,49 +757,69 @@ func TestASlowSubscriberClaimsNothingAhead(t *testing.T) {
 	b.claimedOnly("slow", perSub, 100-perSub)
 }
 
-// Nor does a subscriber that has not answered yet claim the prefetch: until
-// its first answer nobody knows it is fast.
+// Nor does a subscriber that has not answered yet claim the prefetch, or
+// send more than startCap at once: until its first answer nobody knows it
+// is fast.
 func TestANewSubscriberClaimsNothingAhead(t *testing.T) {
 	t.Parallel()
-	const perSub = 4
-	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, perSub })
+	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, 4 })
 	rc, release := heldReceiver(t, b.clock)
 	defer close(release)
 	b.subscriber("new", rc.URL, nil)
 	b.send("e", "t", 100)
-	waitFor(t, 10*time.Second, "a round of attempts", func() bool { return rc.count() == perSub })
-	b.claimedOnly("new", perSub, 100-perSub)
+	waitFor(t, 10*time.Second, "a round of attempts", func() bool { return rc.count() == startCap })
+	b.claimedOnly("new", startCap, 100-startCap)
 }
 
 // However many slow subscribers fill their caps, the last workers (the
-// reserve) stay for subscribers with nothing in flight: five hanging
-// subscribers with a cap of 4 each could hold all 16 workers.
-func TestSlowSubscribersLeaveTheReserve(t *testing.T) {
+// reserve) stay for the others: six slow subscribers, created one after
+// another, with a cap of 4 each could hold all 16 workers. They leave one
+// for a fast subscriber twice over: before any of them has answered, when
+// each may have only startCap attempts out (nobody knows yet that they are
+// slow), and once they are known to be slow, when the reserve is not
+// theirs even with nothing in flight.
+func TestACrowdOfSlowSubscribersLeavesAWorker(t *testing.T) {
 	t.Parallel()
-	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, 4 })
-	release := make(chan struct{})
+	const workers, perSub, crowd = 16, 4, 6
+	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = workers, perSub })
+	var gate atomic.Pointer[chan struct{}]
+	first, second := make(chan struct{}), make(chan struct{})
+	answerFirst, answerSecond := sync.OnceFunc(func() { close(first) }), sync.OnceFunc(func() { close(second) })
+	gate.Store(&first)
 	var hanging atomic.Int64
 	slow := newReceiver(t, b.clock, func(r *http.Request, _ int) (int, http.Header) {
 		hanging.Add(1)
+		defer hanging.Add(-1)
 		select {
-		case <-release:
+		case <-*gate.Load():
 		case <-r.Context().Done():
 		}
 		return http.StatusOK, nil
 	})
-	t.Cleanup(func() { close(release) })
-	for i := range 5 {
-		b.subscriber(fmt.Sprintf("slow%d", i), slow.URL, func(s *ledger.Subscriber) {
-			s.EventTypes, s.TimeoutMS = []string{"slow"}, 60_000 // they hang past every wait here
-		})
+	t.Cleanup(func() { answerFirst(); answerSecond() }) // before the receiver closes, which waits for them
+	for i := range crowd {
+		id := fmt.Sprintf("slow%d", i)
+		b.subscriber(id, slow.URL, func(s *ledger.Subscriber) { s.EventTypes, s.TimeoutMS = []string{id}, 60_000 })
+		b.send(id, id, 20)
+		b.looked()
 	}
-	b.send("s", "slow", 20)
-	waitFor(t, 10*time.Second, "the slow subscribers' attempts", func() bool { return hanging.Load() >= 14 })
+	waitFor(t, 10*time.Second, "the slow subscribers' first attempts", func() bool { return hanging.Load() >= crowd*startCap })
 	b.looked()
-	if n, max := hanging.Load(), int64(16-reserveOf(16)+1); n > max {
-		t.Fatalf("the slow subscribers hold %d workers, want at most %d (the fifth takes one from the reserve)", n, max)
+	if n := hanging.Load(); n != crowd*startCap {
+		t.Fatalf("the new slow subscribers hold %d workers, want %d each", n, startCap)
 	}
-	b.servedBeside("fast", 3)
+	b.servedBeside("fast1", 3)
+
+	// They answer after 2 s, and from then on are known to be slow.
+	b.fake.Advance(2 * time.Second)
+	gate.Store(&second)
+	answerFirst()
+	waitFor(t, 10*time.Second, "the slow subscribers' next attempts", func() bool { return hanging.Load() >= int64(workers-reserveOf(workers)) })
+	b.looked()
+	if n := hanging.Load(); n != int64(workers-reserveOf(workers)) {
+		t.Fatalf("the slow subscribers hold %d workers, want %d: the reserve is not theirs", n, workers-reserveOf(workers))
+	}
+	b.servedBeside("fast2", 3)
 }
 
 // Fast subscribers that stall together with their caps out leave the
