@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,6 +122,68 @@ func TestSIGTERMDrainsAndExitsZero(t *testing.T) {
 	for id := range answered {
 		if n := len(arrivals[id]); n != 1 {
 			t.Errorf("%s, answered 200 before the shutdown, reached the receiver %d times; the shutdown did not record it", id, n)
+		}
+	}
+}
+
+// TestSIGTERMStopsClaimingWhileAPIRequestsFinish: an API request still
+// arriving when SIGTERM comes neither keeps the dispatcher sending nor
+// turns the stop into a failure: no new attempt starts after the signal,
+// and past --drain-timeout the request is cut off and serve exits 0.
+func TestSIGTERMStopsClaimingWhileAPIRequestsFinish(t *testing.T) {
+	t.Parallel()
+	const token = "tok-slow-client"
+	rec, hook := newReceiver(t, 0)
+	c := serve(t, filepath.Join(t.TempDir(), "sluice.db"), token, "--drain-timeout", "1s")
+	c.addSubscriber(hook, map[string]float64{"per_second": 5, "burst": 1})
+	events := make([]map[string]any, 50)
+	for i := range events {
+		events[i] = map[string]any{"id": fmt.Sprintf("paced-%02d", i), "type": "test.paced"}
+	}
+	c.call(http.MethodPost, "/v1/events/batch", map[string]any{"events": events}, http.StatusAccepted, nil)
+	if !eventually(10*time.Second, 5*time.Millisecond, func() bool { return rec.distinct() >= 2 }) {
+		t.Fatal("the paced deliveries did not start within 10s")
+	}
+
+	// A client that sends its headers and half its body, then nothing.
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"type\":",
+		u.Host, token)
+	// A request on another connection, answered after this one was
+	// accepted, lets the server get to reading it.
+	if status, body := c.request(http.MethodGet, "/healthz", "", nil); status != http.StatusOK {
+		t.Fatalf("GET /healthz %d: %s", status, body)
+	}
+
+	sentAt := time.Now()
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code, exited := c.waitExit(10 * time.Second)
+	took := time.Since(sentAt)
+	if !exited || code != 0 {
+		t.Fatalf("after SIGTERM with a request still arriving: exited %v with status %d after %v, want 0 soon after the 1s drain timeout",
+			exited, code, took.Round(time.Millisecond))
+	}
+	if took > 5*time.Second {
+		t.Errorf("took %v to exit, want about the 1s drain timeout", took.Round(time.Millisecond))
+	}
+	// At 5/s one attempt starts every 200 ms: one started after the signal
+	// would arrive within this slack.
+	arrivals, _, _, _ := rec.snapshot()
+	for id, at := range arrivals {
+		for _, a := range at {
+			if a.After(sentAt.Add(100 * time.Millisecond)) {
+				t.Errorf("%s arrived %v after SIGTERM: the dispatcher kept claiming", id, a.Sub(sentAt).Round(time.Millisecond))
+			}
 		}
 	}
 }

@@ -57,7 +57,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.breakerThreshold, "breaker-threshold", 5, "consecutive failures that open a subscriber's breaker")
 	fs.DurationVar(&c.breakerCooldown, "breaker-cooldown", 60*time.Second, "time a breaker stays open before its half-open probe")
 	fs.Var(&c.maxBody, "max-body", "largest event accepted (413 beyond)")
-	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "how long shutdown waits for attempts in flight")
+	fs.DurationVar(&c.drain, "drain-timeout", 30*time.Second, "how long shutdown waits for attempts and API requests in flight")
 	fs.DurationVar(&c.retention, "retention", 0, "remove events whose every delivery was sent longer ago than this, with their deliveries and attempts (0: keep all; pending and dead ones always stay)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -269,12 +269,18 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("http server: %w", err)
 	}
 	log.Info("shutting down: refusing new requests, draining attempts in flight")
-	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	herr := srv.Shutdown(shutCtx)
+	// The dispatcher stops claiming at once, whatever API requests are
+	// still open: an event they commit now waits pending for the next
+	// start. Both drains share --drain-timeout; a client still sending its
+	// request after that is cut off, which is no failure of the stop.
 	stopDispatch()
-	derr := <-dispDone
-	if err := errors.Join(herr, derr); err != nil {
+	shutCtx, cancel := context.WithTimeout(context.Background(), c.drain)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		log.Warn("API requests still open after the drain timeout were cut off", "drain_timeout", c.drain.String())
+		srv.Close()
+	}
+	if err := <-dispDone; err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")
