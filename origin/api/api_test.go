@@ -1068,3 +1068,24 @@ func TestPatchMayRepeatTheID(t *testing.T) {
 	}
 	b.do(t, "PATCH", "/v1/subscribers/same", `{"id":"other"}`, http.StatusBadRequest, nil)
 }
+
+// A PATCH that moves the rate without a burst gives it twice the new rate,
+// as a create does: a subscriber moved from 50/s to 2/s keeps no burst of 100.
+func TestPatchedRateBringsItsBurst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createSubscriber(t, `{"id":"r","url":"http://127.0.0.1:9/hook"}`)
+	var s subscriberJSON
+	b.do(t, "PATCH", "/v1/subscribers/r", `{"rate":{"per_second":2}}`, http.StatusOK, &s)
+	if s.Rate != (rateJSON{PerSecond: 2, Burst: 4}) {
+		t.Errorf("after PATCH per_second 2: rate %+v, want 2/s with a burst of 4", s.Rate)
+	}
+	b.do(t, "PATCH", "/v1/subscribers/r", `{"rate":{"per_second":3,"burst":1}}`, http.StatusOK, &s)
+	if s.Rate != (rateJSON{PerSecond: 3, Burst: 1}) {
+		t.Errorf("after PATCH per_second 3, burst 1: rate %+v", s.Rate)
+	}
+	b.do(t, "PATCH", "/v1/subscribers/r", `{"rate":{"burst":7}}`, http.StatusOK, &s)
+	if s.Rate != (rateJSON{PerSecond: 3, Burst: 7}) {
+		t.Errorf("after PATCH burst 7: rate %+v, want the rate kept", s.Rate)
+	}
+}

@@ -86,6 +86,10 @@ func (s *Server) apply(c echo.Context, in subscriberInput, sub *ledger.Subscribe
 	if r := in.Rate; r != nil {
 		if r.PerSecond != nil {
 			next.Rate.PerSecond = *r.PerSecond
+			// A rate given without a burst keeps the default's proportion,
+			// on create and on change alike: a subscriber moved to 2/s is
+			// not left a burst of 100.
+			next.Rate.Burst = min(max(1, 2**r.PerSecond), maxPerSecond)
 		}
 		if r.Burst != nil {
 			next.Rate.Burst = *r.Burst
@@ -160,12 +164,6 @@ func (s *Server) createSubscriber(c echo.Context) error {
 	}
 	if sub.Secret, err = s.secret(in.Secret); err != nil {
 		return err
-	}
-	if in.Rate != nil && in.Rate.PerSecond != nil && in.Rate.Burst == nil {
-		// A rate given without a burst keeps the default's proportion, so a
-		// 10/s subscriber is not handed the default burst of 100.
-		b := min(max(1, 2**in.Rate.PerSecond), maxPerSecond)
-		in.Rate.Burst = &b
 	}
 	if err := s.checkURL(c, in); err != nil {
 		return err
