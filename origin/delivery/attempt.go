@@ -108,15 +108,8 @@ func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, 
 		res.Status = ledger.StatusDead // the subscriber was removed; finish drops it
 		return res
 	}
-	if s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
-		d.persistState(s)
-	}
-	if ok {
-		res.Status = ledger.StatusSent
-		return res
-	}
 	var pause time.Duration
-	if seen, ok := retryafter.Parse(retryAfter, now); ok {
+	if seen, parsed := retryafter.Parse(retryAfter, now); parsed && !ok {
 		// The history keeps what was asked, whatever the status; only a
 		// 429 or 503 is obeyed, capped, and then the whole subscriber waits,
 		// not just this delivery.
@@ -129,6 +122,16 @@ func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, 
 				d.persistState(s)
 			}
 		}
+	}
+	// A subscriber that says when to come back is pacing us, not failing:
+	// the breaker neither counts that answer nor resets for it, or five of
+	// them would turn a Retry-After of 1 s into the breaker's cooldown.
+	if pause == 0 && s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
+		d.persistState(s)
+	}
+	if ok {
+		res.Status = ledger.StatusSent
+		return res
 	}
 	spent := a.Number - c.BudgetFrom
 	if spent >= s.cfg.MaxAttempts {

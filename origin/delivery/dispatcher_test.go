@@ -229,6 +229,27 @@ func TestRetryAfterPausesTheWholeSubscriber(t *testing.T) {
 	}
 }
 
+// A subscriber that keeps answering 429 with a Retry-After is obeyed each
+// time, not broken: its breaker stays closed past the threshold, so a
+// Retry-After of 1 s never becomes the breaker's cooldown.
+func TestRetryAfterAnswersDoNotOpenTheBreaker(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true, func(c *Config) { c.Breaker.Threshold = 3 })
+	rc := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
+		return http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}}
+	})
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.Rate.PerSecond, s.Rate.Burst, s.MaxAttempts = 100, 1, 20 })
+	b.send("e", "t", 1)
+	b.settle()
+	b.step(6*time.Second, 250*time.Millisecond)
+	if n := rc.count(); n < 5 {
+		t.Fatalf("%d attempts in 6 s of 1 s Retry-Afters, want one a second", n)
+	}
+	if br := b.d.Snapshot()["s"].Breaker; br.State != breaker.Closed || br.Failures != 0 {
+		t.Fatalf("breaker %+v after %d answers with Retry-After, want closed with no failures counted", br, rc.count())
+	}
+}
+
 // A Retry-After beyond backoff.MaxPause pauses the subscriber for the cap,
 // and the history keeps what the subscriber asked for.
 func TestAnAbsurdRetryAfterPausesAnHourAndIsRecordedAsAsked(t *testing.T) {
