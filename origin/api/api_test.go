@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1087,5 +1089,54 @@ func TestPatchedRateBringsItsBurst(t *testing.T) {
 	b.do(t, "PATCH", "/v1/subscribers/r", `{"rate":{"burst":7}}`, http.StatusOK, &s)
 	if s.Rate != (rateJSON{PerSecond: 3, Burst: 7}) {
 		t.Errorf("after PATCH burst 7: rate %+v, want the rate kept", s.Rate)
+	}
+}
+
+// Resuming a subscriber lifts the pause its own Retry-After set: the
+// operator, who may know it is back, overrides its hour.
+func TestResumeLiftsARetryAfterPause(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int32
+	got := make(chan int32, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n := calls.Add(1)
+		got <- n
+		if n == 1 {
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	b.createSubscriber(t, `{"id":"busy","url":"`+srv.URL+`/hook"}`)
+	e := b.postEvent(t, `{"id":"later","type":"t.x"}`, http.StatusAccepted)
+	if e.Deliveries != 1 {
+		t.Fatalf("enqueue: %+v", e)
+	}
+	<-got
+	waitFor(t, "the Retry-After pause", func() (bool, string) {
+		var s map[string]any
+		b.do(t, "GET", "/v1/subscribers/busy", "", http.StatusOK, &s)
+		return s["paused_until"] != nil, fmt.Sprintf("subscriber %v", s)
+	})
+	b.do(t, "PATCH", "/v1/subscribers/busy", `{"paused":false}`, http.StatusOK, nil)
+	select {
+	case n := <-got:
+		if n != 2 {
+			t.Fatalf("request %d after resume, want the second", n)
+		}
+	case <-time.After(waitLimit):
+		t.Fatalf("nothing sent within %s of resuming a subscriber paused by Retry-After for an hour", waitLimit)
+	}
+	var s map[string]any
+	b.do(t, "GET", "/v1/subscribers/busy", "", http.StatusOK, &s)
+	if s["paused_until"] != nil {
+		t.Errorf("after resume the subscriber still shows paused_until %v", s["paused_until"])
+	}
+	stored, err := b.ledger.Subscriber(context.Background(), "busy")
+	if err != nil || !stored.PausedUntil.IsZero() {
+		t.Errorf("the ledger keeps the pause until %v (%v): a restart would bring it back", stored.PausedUntil, err)
 	}
 }

@@ -31,6 +31,7 @@ import (
 // once instead of at the next poll.
 type Dispatcher interface {
 	Upsert(s ledger.Subscriber)
+	Resume(ctx context.Context, id string) error
 	Remove(id string)
 	Notify(at time.Time, subscriberIDs ...string)
 	Snapshot() map[string]delivery.SubscriberSnapshot

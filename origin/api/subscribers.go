@@ -271,6 +271,12 @@ func (s *Server) patchSubscriber(c echo.Context) error {
 		return err
 	}
 	s.Dispatcher.Upsert(updated)
+	if in.Paused != nil && !*in.Paused {
+		// Resuming also lifts a pause the subscriber's Retry-After set.
+		if err := s.Dispatcher.Resume(ctx, cur.ID); err != nil {
+			return err
+		}
+	}
 	return c.JSON(http.StatusOK, s.view(updated, s.Dispatcher.Snapshot()))
 }
 
