@@ -12,9 +12,12 @@ import (
 	"syscall"
 )
 
-// version is stamped by make build (-ldflags "-X main.version=…"); a plain
-// go build in a checkout takes the commit Go records in the binary.
-var version = builtVersion("dev", debug.ReadBuildInfo)
+// version is stamped by make build (-ldflags "-X main.version=…", which
+// only sets a variable initialised to a constant); a plain go build in a
+// checkout takes the commit Go records in the binary, in init.
+var version = "dev"
+
+func init() { version = builtVersion(version, debug.ReadBuildInfo) }
 
 // builtVersion is stamped unless it is "dev" and the build recorded its
 // commit: then the commit's first 12 digits, with "-dirty" for changes

@@ -309,3 +309,14 @@ func TestGeneratedTokenIsShownOnceAndOnlyItsDigestIsKept(t *testing.T) {
 		}
 	}
 }
+
+// The version make build stamps with -X is the one the binary reports (and
+// puts in every subscriber's user-agent): -X sets only a variable whose
+// initial value is a constant.
+func TestStampedVersionIsReported(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := runSluice(t, nil, "version")
+	if code != 0 || strings.TrimSpace(out) != "sluice "+stampedVersion {
+		t.Errorf("sluice version: exit %d, %q %q; want \"sluice %s\"", code, out, errOut, stampedVersion)
+	}
+}
