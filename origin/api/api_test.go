@@ -1030,8 +1030,10 @@ func TestIDsInPathsMayBePercentEncoded(t *testing.T) {
 	if e.ID != "order:42" {
 		t.Errorf("GET /v1/events/%%6Frder%%3A42 answered event %q", e.ID)
 	}
-	// An encoded slash is no id: nothing is found, nothing else is routed.
+	// An encoded slash is no separator: nothing is found, nothing else is routed.
 	b.do(t, "GET", "/v1/subscribers/crm%2Feu-1", "", http.StatusNotFound, nil)
+	b.do(t, "POST", "/v1/subscribers/crm:eu-1%2Frotate-secret", "", http.StatusMethodNotAllowed, nil) // one segment: no rotation
+	b.do(t, "DELETE", "/v1%2Fsubscribers%2Fcrm:eu-1", "", http.StatusNotFound, nil)
 	b.do(t, "PATCH", "/v1/subscribers/crm%3Aeu-1", `{"paused":true}`, http.StatusOK, nil)
 	b.do(t, "DELETE", "/v1/subscribers/crm%3Aeu-1", "", http.StatusNoContent, nil)
 }

@@ -142,10 +142,15 @@ func get(r interface {
 // decodedPath routes on the decoded path. echo routes on the raw one when
 // it holds an escape Go would not have written (%3A for ":", as
 // encodeURIComponent sends it), and would hand "crm%3Aeu-1" to the handler
-// as the id. An encoded slash decodes to a path that names nothing.
+// as the id. A path with an encoded slash keeps routing on its raw form,
+// where it names nothing: %2F is part of a segment, never a separator
+// (DELETE /v1%2Fsubscribers%2Fs1 is no DELETE of s1).
 func decodedPath(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		c.Request().URL.RawPath = ""
+		u := c.Request().URL
+		if !strings.Contains(strings.ToUpper(u.RawPath), "%2F") {
+			u.RawPath = ""
+		}
 		return next(c)
 	}
 }
