@@ -109,7 +109,7 @@ func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, 
 		return res
 	}
 	var pause time.Duration
-	if seen, parsed := retryafter.Parse(retryAfter, now); parsed && !ok {
+	if seen, parsed := retryafter.Parse(retryAfter, now); parsed {
 		// The history keeps what was asked, whatever the status; only a
 		// 429 or 503 is obeyed, capped, and then the whole subscriber waits,
 		// not just this delivery.
@@ -123,10 +123,13 @@ func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, 
 			}
 		}
 	}
-	// A subscriber that says when to come back is pacing us, not failing:
-	// the breaker neither counts that answer nor resets for it, or five of
-	// them would turn a Retry-After of 1 s into the breaker's cooldown.
-	if pause == 0 && s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
+	// A 429 that says when to come back is pacing us, not failing: the
+	// breaker neither counts it nor resets for it, or five of them would
+	// turn a Retry-After of 1 s into the breaker's cooldown. A 503 is an
+	// endpoint that is down, whatever it asks: it counts, so an outage
+	// opens the breaker instead of spending every delivery's attempts.
+	paced := pause > 0 && a.StatusCode == http.StatusTooManyRequests
+	if !paced && s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
 		d.persistState(s)
 	}
 	if ok {

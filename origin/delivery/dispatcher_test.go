@@ -231,22 +231,48 @@ func TestRetryAfterPausesTheWholeSubscriber(t *testing.T) {
 
 // A subscriber that keeps answering 429 with a Retry-After is obeyed each
 // time, not broken: its breaker stays closed past the threshold, so a
-// Retry-After of 1 s never becomes the breaker's cooldown.
-func TestRetryAfterAnswersDoNotOpenTheBreaker(t *testing.T) {
+// Retry-After of 1 s never becomes the breaker's cooldown. One answering
+// 503 with a Retry-After is down: the pauses are obeyed and the breaker
+// opens all the same.
+func TestRetryAfterOnA429DoesNotOpenTheBreaker(t *testing.T) {
 	t.Parallel()
-	b := setup(t, true, func(c *Config) { c.Breaker.Threshold = 3 })
+	for status, wantOpen := range map[int]bool{http.StatusTooManyRequests: false, http.StatusServiceUnavailable: true} {
+		b := setup(t, true, func(c *Config) { c.Breaker.Threshold = 3 })
+		rc := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
+			return status, http.Header{"Retry-After": {"1"}}
+		})
+		b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.Rate.PerSecond, s.Rate.Burst, s.MaxAttempts = 100, 1, 20 })
+		b.send("e", "t", 1)
+		b.settle()
+		b.step(6*time.Second, 250*time.Millisecond)
+		br := b.d.Snapshot()["s"].Breaker
+		switch {
+		case !wantOpen && rc.count() < 5:
+			t.Errorf("%d: %d attempts in 6 s of 1 s Retry-Afters, want one a second", status, rc.count())
+		case !wantOpen && (br.State != breaker.Closed || br.Failures != 0):
+			t.Errorf("%d: breaker %+v after %d answers with Retry-After, want closed with no failures counted", status, br, rc.count())
+		case wantOpen && br.State != breaker.Open:
+			t.Errorf("%d: breaker %+v after %d answers, want open", status, br, rc.count())
+		}
+	}
+}
+
+// A Retry-After on a success is kept in the history as seen, like any other.
+func TestARetryAfterOnASuccessIsRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
 	rc := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
-		return http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}}
+		return http.StatusOK, http.Header{"Retry-After": {"7"}}
 	})
-	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.Rate.PerSecond, s.Rate.Burst, s.MaxAttempts = 100, 1, 20 })
+	b.subscriber("s", rc.URL, nil)
 	b.send("e", "t", 1)
 	b.settle()
-	b.step(6*time.Second, 250*time.Millisecond)
-	if n := rc.count(); n < 5 {
-		t.Fatalf("%d attempts in 6 s of 1 s Retry-Afters, want one a second", n)
+	d := deliveryOf(t, b, "e-0")
+	if len(d.History) != 1 || d.History[0].RetryAfterMS == nil || *d.History[0].RetryAfterMS != 7000 {
+		t.Fatalf("history %+v, want the 200 with the Retry-After it sent, 7 s", d.History)
 	}
-	if br := b.d.Snapshot()["s"].Breaker; br.State != breaker.Closed || br.Failures != 0 {
-		t.Fatalf("breaker %+v after %d answers with Retry-After, want closed with no failures counted", br, rc.count())
+	if got := b.d.Snapshot()["s"].PausedUntil; !got.IsZero() {
+		t.Fatalf("a 200's Retry-After paused the subscriber until %v", got)
 	}
 }
 
