@@ -459,7 +459,7 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 			return ctx.Err()
 		}
 		now := d.cfg.Clock.Now()
-		reqs, wait := d.plan(now)
+		reqs, owners, wait := d.plan(now)
 		if len(reqs) > 0 {
 			began := time.Now()
 			res, err := d.ledger.Claim(ctx, reqs)
@@ -467,14 +467,14 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 				o.ObserveClaim(time.Since(began))
 			}
 			if err != nil {
-				d.unplan(reqs)
+				d.unplan(owners)
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				d.cfg.Logger.Error("claim failed", "err", err)
 				wait = time.Second
 			} else {
-				d.start(reqs, res, now)
+				d.start(owners, res, now)
 				continue
 			}
 		}
@@ -505,13 +505,11 @@ func (d *Dispatcher) loop(ctx context.Context) error {
 // nobody can (0: until woken). A subscriber claims only what it can pay for
 // with tokens not already reserved by its queue, and only while it has room
 // for more work ahead; the tokens themselves are spent at send time.
-func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) {
+// owners are the subscribers the requests are for, in order.
+func (d *Dispatcher) plan(now time.Time) (reqs []ledger.ClaimRequest, owners []*sub, wait time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var (
-		reqs  []ledger.ClaimRequest
-		first time.Time
-	)
+	var first time.Time
 	wakeAt := func(t time.Time) {
 		if first.IsZero() || t.Before(first) {
 			first = t
@@ -560,14 +558,15 @@ func (d *Dispatcher) plan(now time.Time) ([]ledger.ClaimRequest, time.Duration) 
 		reqs = append(reqs, ledger.ClaimRequest{
 			SubscriberID: id, Max: take, Now: now, LeaseUntil: now.Add(timeout + leaseMargin),
 		})
+		owners = append(owners, s)
 	}
 	if n > 0 {
 		d.next = (d.next + 1) % n
 	}
 	if len(reqs) > 0 || first.IsZero() {
-		return reqs, 0
+		return reqs, owners, 0
 	}
-	return reqs, max(first.Sub(now), time.Millisecond)
+	return reqs, owners, max(first.Sub(now), time.Millisecond)
 }
 
 // roomLocked is how many more deliveries a subscriber may take on (claimed
@@ -733,26 +732,25 @@ func (s *sub) noteAnswer(took time.Duration, now time.Time) {
 }
 
 // unplan forgets claims that failed to commit.
-func (d *Dispatcher) unplan(reqs []ledger.ClaimRequest) {
+func (d *Dispatcher) unplan(owners []*sub) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, r := range reqs {
-		if s, ok := d.subs[r.SubscriberID]; ok {
-			s.claiming = false
-		}
+	for _, s := range owners {
+		s.claiming = false
 	}
 }
 
 // start queues what the claims returned and sends what slots allow.
-func (d *Dispatcher) start(reqs []ledger.ClaimRequest, res []ledger.ClaimResult, now time.Time) {
+func (d *Dispatcher) start(owners []*sub, res []ledger.ClaimResult, now time.Time) {
 	d.mu.Lock()
 	var released []ledger.Result
-	for i, r := range reqs {
+	for i, s := range owners {
 		got := res[i]
 		d.unsettled.Add(int64(len(got.Deliveries)))
-		s, ok := d.subs[r.SubscriberID]
-		if !ok {
-			d.unsettled.Add(-int64(len(got.Deliveries))) // removed meanwhile; its rows are gone too
+		if !d.liveLocked(s) {
+			// Removed since the claim committed, perhaps created again under
+			// its id: its rows are gone, and the new one must not send them.
+			d.unsettled.Add(-int64(len(got.Deliveries)))
 			continue
 		}
 		s.claiming = false

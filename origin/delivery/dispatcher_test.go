@@ -1135,3 +1135,27 @@ func TestARecreatedSubscriberIgnoresTheOldOnesAnswers(t *testing.T) {
 		t.Fatalf("the new subscriber's stats count %d attempts, want none", st.Attempts)
 	}
 }
+
+// A claim that committed before its subscriber was removed and created
+// again under the same id is not sent to the new one: those rows went with
+// the old subscriber, and the new one has another URL and secret.
+func TestAClaimOfARemovedSubscriberIsNotStartedForItsSuccessor(t *testing.T) {
+	t.Parallel()
+	b := setup(t, false)
+	oldRC, fresh := newReceiver(t, b.clock, nil), newReceiver(t, b.clock, nil)
+	b.subscriber("again", oldRC.URL, nil)
+	b.d.mu.Lock()
+	old := b.d.subs["again"]
+	b.d.mu.Unlock()
+	if err := b.l.DeleteSubscriber(context.Background(), "again"); err != nil {
+		t.Fatal(err)
+	}
+	b.d.Remove("again")
+	b.subscriber("again", fresh.URL, nil)
+	claimed := ledger.Claimed{Seq: 1, SubscriberID: "again", EventID: "gone-0", Body: []byte(`{"id":"gone-0","type":"t"}`)}
+	b.d.start([]*sub{old}, []ledger.ClaimResult{{Deliveries: []ledger.Claimed{claimed}, Drained: true}}, b.clock.Now())
+	b.settle()
+	if n := fresh.count() + oldRC.count(); n != 0 {
+		t.Fatalf("%d requests for a delivery of the removed subscriber, want none", n)
+	}
+}

@@ -144,8 +144,8 @@ func (l *Ledger) Record(ctx context.Context, results []Result, states []Subscrib
 		var sent []int64
 		var rows []Result
 		for _, r := range results {
-			if _, ok := l.patterns[r.SubscriberID]; !ok {
-				continue // removed while the attempt ran
+			if _, ok := l.patterns[r.SubscriberID]; !ok || r.Seq <= l.bornAfter[r.SubscriberID] {
+				continue // removed while the attempt ran (and perhaps created again)
 			}
 			rows = append(rows, r)
 		}

@@ -52,6 +52,12 @@ type Ledger struct {
 	// write loop touches it (and Open, before the loop starts), so fan-out
 	// always sees exactly the subscribers committed before it.
 	patterns map[string][]string
+	// bornAfter is, for a subscriber created while this ledger is open,
+	// the highest delivery seq at its creation (write loop only, like
+	// patterns). A result for a delivery at or below it belongs to an
+	// earlier subscriber of the same id, removed with its rows while the
+	// attempt was out: it is not recorded against the new one.
+	bornAfter map[string]int64
 
 	baseChanges int64 // total_changes() once Open had finished its own writes
 	admitter    Admitter

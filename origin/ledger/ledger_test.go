@@ -588,3 +588,57 @@ func TestAFileThatIsNoDatabaseIsLeftAlone(t *testing.T) {
 		t.Errorf("a lock file was left beside the refused file (%v)", err)
 	}
 }
+
+// An outcome recorded after its subscriber was removed and created again
+// under the same id is of the old one's delivery, whose row went with it:
+// it leaves no attempt row behind and is not counted in the new one's stats.
+func TestAnOutcomeOfARemovedSubscribersDeliveryIsNotRecorded(t *testing.T) {
+	t.Parallel()
+	l, clock, _ := open(t)
+	ctx := context.Background()
+	addSubscriber(t, l, "again", "*")
+	if _, err := l.Enqueue(ctx, []NewEvent{{ID: "e1", Type: "t", Body: []byte(`{}`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "again", Max: 1, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
+	if err != nil || len(res[0].Deliveries) != 1 {
+		t.Fatalf("claim = %+v, %v; want the one delivery", res, err)
+	}
+	old := res[0].Deliveries[0]
+	if err := l.DeleteSubscriber(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	addSubscriber(t, l, "again", "*")
+	err = l.Record(ctx, []Result{{Seq: old.Seq, SubscriberID: "again", Status: StatusDead,
+		Attempt: &Attempt{Number: 1, At: clock.Now(), Lane: LaneOrigin, StatusCode: 500}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := l.rdb.QueryRowContext(ctx, `SELECT count(*) FROM attempts`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d attempt rows (%v), want none: the delivery is gone", n, err)
+	}
+	stats, err := l.Stats(ctx, clock.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := stats["again"]; st != nil && st.Attempts != 0 {
+		t.Errorf("the new subscriber's stats count %d attempts, want none", st.Attempts)
+	}
+	// Its own deliveries are recorded as ever.
+	if _, err := l.Enqueue(ctx, []NewEvent{{ID: "e2", Type: "t", Body: []byte(`{}`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	res, err = l.Claim(ctx, []ClaimRequest{{SubscriberID: "again", Max: 1, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
+	if err != nil || len(res[0].Deliveries) != 1 {
+		t.Fatalf("claim = %+v, %v; want the new delivery", res, err)
+	}
+	err = l.Record(ctx, []Result{{Seq: res[0].Deliveries[0].Seq, SubscriberID: "again", Status: StatusSent,
+		Attempt: &Attempt{Number: 1, At: clock.Now(), Lane: LaneOrigin, StatusCode: 200}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats, err = l.Stats(ctx, clock.Now().Add(-time.Minute)); err != nil || stats["again"] == nil || stats["again"].Sent != 1 {
+		t.Errorf("the new subscriber's own delivery: stats %+v (%v), want 1 sent", stats["again"], err)
+	}
+}

@@ -146,10 +146,17 @@ func (l *Ledger) CreateSubscriber(ctx context.Context, s *Subscriber) error {
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			s.ID, s.URL, string(types), s.Rate.PerSecond, s.Rate.Burst, s.Rate.EdgeShare, s.MaxAttempts, s.TimeoutMS,
 			s.Secret, s.Paused, string(s.Breaker.State), ms(w.now), ms(w.now))
-		if err == nil {
-			l.patterns[s.ID] = s.EventTypes
+		if err != nil {
+			return err
 		}
-		return err
+		var last int64 // no row when no delivery was ever made
+		err = w.conn.QueryRowContext(ctx, `SELECT seq FROM sqlite_sequence WHERE name = 'deliveries'`).Scan(&last)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		l.patterns[s.ID] = s.EventTypes
+		l.bornAfter[s.ID] = last
+		return nil
 	})
 }
 
@@ -321,6 +328,9 @@ func (l *Ledger) loadPatterns(ctx context.Context) error {
 	}
 	defer rows.Close()
 	l.patterns = map[string][]string{}
+	if l.bornAfter == nil {
+		l.bornAfter = map[string]int64{}
+	}
 	for rows.Next() {
 		var id, types string
 		if err := rows.Scan(&id, &types); err != nil {
