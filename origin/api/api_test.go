@@ -1074,7 +1074,8 @@ func TestPatchMayRepeatTheID(t *testing.T) {
 }
 
 // A PATCH that moves the rate without a burst gives it twice the new rate,
-// as a create does: a subscriber moved from 50/s to 2/s keeps no burst of 100.
+// as a create does, when the burst was twice the old one: a subscriber
+// moved from 50/s to 2/s keeps no burst of 100; one set on its own stays.
 func TestPatchedRateBringsItsBurst(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -1091,6 +1092,11 @@ func TestPatchedRateBringsItsBurst(t *testing.T) {
 	b.do(t, "PATCH", "/v1/subscribers/r", `{"rate":{"burst":7}}`, http.StatusOK, &s)
 	if s.Rate != (rateJSON{PerSecond: 3, Burst: 7}) {
 		t.Errorf("after PATCH burst 7: rate %+v, want the rate kept", s.Rate)
+	}
+	// A burst set on its own stays when only the rate moves.
+	b.do(t, "PATCH", "/v1/subscribers/r", `{"rate":{"per_second":10}}`, http.StatusOK, &s)
+	if s.Rate != (rateJSON{PerSecond: 10, Burst: 7}) {
+		t.Errorf("after PATCH per_second 10 over a burst of 7 set on its own: rate %+v, want the burst kept", s.Rate)
 	}
 }
 

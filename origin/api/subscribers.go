@@ -64,6 +64,10 @@ func (s *Server) checkURL(c echo.Context, in subscriberInput) error {
 	return s.Egress.CheckURL(c.Request().Context(), strings.TrimSpace(*in.URL))
 }
 
+// derivedBurst is the burst a rate gets when none is given: twice the rate,
+// as the default 50/s has 100.
+func derivedBurst(perSecond float64) float64 { return min(max(1, 2*perSecond), maxPerSecond) }
+
 // apply validates in, its URL aside (checkURL does that first), and copies
 // it onto sub; nothing is changed on error.
 func (s *Server) apply(c echo.Context, in subscriberInput, sub *ledger.Subscriber) error {
@@ -85,11 +89,14 @@ func (s *Server) apply(c echo.Context, in subscriberInput, sub *ledger.Subscribe
 	}
 	if r := in.Rate; r != nil {
 		if r.PerSecond != nil {
+			// A rate given without a burst keeps the default's proportion
+			// when the burst was that proportion already (the default, or
+			// derived before): a subscriber moved from 50/s to 2/s is not
+			// left a burst of 100. A burst set on its own stays.
+			if next.Rate.Burst == derivedBurst(next.Rate.PerSecond) {
+				next.Rate.Burst = derivedBurst(*r.PerSecond)
+			}
 			next.Rate.PerSecond = *r.PerSecond
-			// A rate given without a burst keeps the default's proportion,
-			// on create and on change alike: a subscriber moved to 2/s is
-			// not left a burst of 100.
-			next.Rate.Burst = min(max(1, 2**r.PerSecond), maxPerSecond)
 		}
 		if r.Burst != nil {
 			next.Rate.Burst = *r.Burst
