@@ -267,7 +267,9 @@ func (l *Ledger) Requeue(ctx context.Context, id string) (Delivery, error) {
 func (l *Ledger) Resume(ctx context.Context, subscriberID string, until time.Time) (int, error) {
 	var n int64
 	err := l.write(ctx, func(ctx context.Context, w *writer) error {
-		if _, err := w.conn.ExecContext(ctx, `UPDATE subscribers SET paused_until = 0 WHERE id = ?`, subscriberID); err != nil {
+		// A later pause (a 429 answered meanwhile, recorded first) stays.
+		if _, err := w.conn.ExecContext(ctx, `UPDATE subscribers SET paused_until = 0 WHERE id = ? AND paused_until <= ?`,
+			subscriberID, ms(until)); err != nil {
 			return err
 		}
 		res, err := w.conn.ExecContext(ctx, `UPDATE deliveries SET next_attempt_at = ?1, updated_at = ?1

@@ -74,7 +74,7 @@ type apiClient struct {
 // usage error, not a connection failure.
 func newAPIClient(rawURL, token string) (*apiClient, error) {
 	u, err := url.Parse(strings.TrimSpace(rawURL))
-	if !strings.Contains(rawURL, "://") {
+	if !strings.Contains(rawURL, ":/") {
 		return nil, fmt.Errorf("--url (or SLUICE_URL) needs its scheme: http:// or https://, as in %s: %w", defaultAPIURL, errUsage)
 	}
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
