@@ -58,6 +58,20 @@ func runPartner(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if duration <= 0 || duration > 24*time.Hour {
 		return fmt.Errorf("--duration must be between 0 and 24h: %w", errUsage)
 	}
+	if err := checkJitter(cfg.Jitter); err != nil {
+		return err
+	}
+	f := cfg.Faults
+	switch {
+	case !(rate > 0 && rate <= maxRate) || !(burst >= 1 && burst <= maxRate):
+		return fmt.Errorf("--rate must be above 0 and --burst at least 1, both at most %d: %w", maxRate, errUsage)
+	case cfg.BanAfter < 0 || cfg.BanFor <= 0:
+		return fmt.Errorf("--ban-after must be 0 (never) or more and --ban-for positive: %w", errUsage)
+	case cfg.Delay < 0 || cfg.DownRetryAfter < 0 || f.Hold < 0:
+		return fmt.Errorf("--delay, --retry-after and --hold must not be negative: %w", errUsage)
+	case !(f.Error >= 0 && f.Reset >= 0 && f.Timeout >= 0 && f.Error+f.Reset+f.Timeout <= 1):
+		return fmt.Errorf("--error, --reset and --timeouts are odds from 0 to 1 that add up to 1 at most: %w", errUsage)
+	}
 	cfg.Name, cfg.Addr = name, addr
 	cfg.Advertised = bucket.Rate{PerSecond: rate, Burst: burst}
 	keepFaults := cfg.Faults

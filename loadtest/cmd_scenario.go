@@ -42,12 +42,35 @@ func (c *commonFlags) register(fs interface {
 	fs.BoolVar(&c.verbose, "v", false, "log the harness's steps to stderr")
 }
 
+// Bounds the commands hold flags to, so that a typo cannot start a million
+// goroutines or make a rate check pass or fail whatever happened.
+const (
+	maxLoops  = 4096        // naive loops, sluice workers
+	maxJitter = time.Second // arrival spread a rate check allows for
+	maxRate   = 1_000_000   // an advertised rate or burst
+)
+
+// checkJitter holds --jitter between 0 and maxJitter: a negative one fails
+// every window, and a large one lets any rate pass.
+func checkJitter(d time.Duration) error {
+	if d < 0 || d > maxJitter {
+		return fmt.Errorf("--jitter must be 0 to %s: %w", maxJitter, errUsage)
+	}
+	return nil
+}
+
 func (c *commonFlags) apply(stdout, stderr io.Writer) error {
 	if c.o.Events <= 0 || c.o.Events > 1_000_000 {
 		return fmt.Errorf("--events must be between 1 and 1,000,000: %w", errUsage)
 	}
 	if c.o.Timeout <= 0 || c.o.Timeout > 2*time.Hour {
 		return fmt.Errorf("--timeout must be between 0 and 2h: %w", errUsage)
+	}
+	if err := checkJitter(c.o.Jitter); err != nil {
+		return err
+	}
+	if c.workers < 0 || c.workers > maxLoops {
+		return fmt.Errorf("--workers must be 0 (sluice's default) to %d: %w", maxLoops, errUsage)
 	}
 	if c.workers > 0 {
 		c.o.ServeArgs = append(c.o.ServeArgs, "--workers", strconv.Itoa(c.workers))
@@ -96,6 +119,9 @@ func runCanal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&naiveWorkers, "naive-workers", 64, "loops the naive run uses")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if naiveWorkers < 1 || naiveWorkers > maxLoops {
+		return fmt.Errorf("--naive-workers must be 1 to %d: %w", maxLoops, errUsage)
 	}
 	if c.o.Edge && withNaive {
 		return fmt.Errorf("--naive compares the video.trending burst alone; run it without --edge: %w", errUsage)
@@ -157,8 +183,8 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := c.apply(stdout, stderr); err != nil {
 		return err
 	}
-	if co.Duration <= 0 || co.Duration > time.Hour || co.Kills < 1 || co.Kills > 100 {
-		return fmt.Errorf("--duration must be at most 1h and --kills between 1 and 100: %w", errUsage)
+	if co.Duration < 5*time.Second || co.Duration > time.Hour || co.Kills < 1 || co.Kills > 100 {
+		return fmt.Errorf("--duration must be 5s to 1h (sluice starts again after each kill) and --kills between 1 and 100: %w", errUsage)
 	}
 	co.Options = c.o
 	res, err := scenario.Chaos(ctx, co)
@@ -188,6 +214,9 @@ func runNaive(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&workers, "loops", 64, "naive loops running side by side")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if workers < 1 || workers > maxLoops {
+		return fmt.Errorf("--loops must be 1 to %d: %w", maxLoops, errUsage)
 	}
 	if err := c.apply(stdout, stderr); err != nil {
 		return err

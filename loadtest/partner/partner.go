@@ -256,7 +256,7 @@ func (p *Partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch act {
 	case actStatus:
 		if retryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.FormatInt(int64(retryAfter/time.Second), 10))
+			w.Header().Set("Retry-After", strconv.FormatInt(int64(retryAfterFor(retryAfter)/time.Second), 10))
 		}
 		http.Error(w, http.StatusText(status), status)
 		return

@@ -331,3 +331,17 @@ func TestServedPartnerGoesDownAndComesBack(t *testing.T) {
 		t.Errorf("report: delivered %d, 503s %d, missing %v; want 2, 1, none", r.Delivered, r.Sent503, r.Missing)
 	}
 }
+
+// A partner down with a sub-second Retry-After rounds it up to the whole
+// second the header carries: "0" would tell a client to come back at once.
+func TestASubSecondRetryAfterIsRoundedUp(t *testing.T) {
+	t.Parallel()
+	p, clk := newPartner(t, partner.Config{DownRetryAfter: 500 * time.Millisecond})
+	if err := p.SetMode(partner.Unavailable); err != nil {
+		t.Fatal(err)
+	}
+	rec := serve(p, signed(t, secret, "evt_1", clk.Now()))
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "1" {
+		t.Fatalf("down with Retry-After 500ms: %d Retry-After %q, want 503 with Retry-After 1", rec.Code, rec.Header().Get("Retry-After"))
+	}
+}
