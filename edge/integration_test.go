@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/sluice-dev/sluice/edge/worker"
+	"github.com/sluice-dev/sluice/loadtest/flood"
 	"github.com/sluice-dev/sluice/shared/bucket"
 	"github.com/sluice-dev/sluice/shared/edgewire"
 	"github.com/sluice-dev/sluice/shared/signature"
@@ -452,6 +454,39 @@ func TestSlowSubscriberHoldsOnlyItself(t *testing.T) {
 	}
 	if got := <-slowDone; !strings.HasPrefix(got, `200 {"status":200,`) {
 		t.Fatalf("slow delivery: %s", got)
+	}
+}
+
+// The harness's flood, pointed at the Worker's deliver path, sees its
+// limiter limit: past the subscriber's burst the Worker defers (counted as
+// throttled), and what it delivers stays within burst + rate over the run,
+// each delivery signed so the partner verifies it.
+func TestTheHarnessFloodSeesTheWorkerDefer(t *testing.T) {
+	t.Parallel()
+	p := newPartner(t)
+	rate := bucket.Rate{PerSecond: 10, Burst: 20}
+	res, err := flood.Run(context.Background(), flood.Options{
+		URL: sharedEdge.URL + edgewire.DeliverPath, Secret: edgeSecret, Workers: 4, Duration: time.Second,
+		Deliver: &flood.Deliver{SubscriberID: unique("sub_lt_flood"), To: p.URL + "/hook", Rate: rate, SubscriberSecret: subscriberSecret},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := rate.Burst + rate.PerSecond*time.Duration(res.Elapsed).Seconds()
+	t.Logf("flood: %d requests, %d delivered (cap %.1f), %d deferred, %d rejected, %d errors", res.Requests, res.Accepted, limit,
+		res.Throttled, res.Rejected, res.Errors)
+	if res.Throttled == 0 || float64(res.Accepted) > limit || res.Accepted < int(rate.Burst) || res.Rejected+res.Errors > 0 {
+		t.Errorf("flood through the Worker: %+v; want deferrals, between %v and %.1f delivered, nothing rejected", res, rate.Burst, limit)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.verified) != res.Accepted {
+		t.Errorf("the partner got %d deliveries, flood counted %d", len(p.verified), res.Accepted)
+	}
+	for id, err := range p.verified {
+		if err != nil {
+			t.Errorf("delivery %s: the partner could not verify it: %v", id, err)
+		}
 	}
 }
 

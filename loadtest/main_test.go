@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -22,6 +24,8 @@ func TestRunUsage(t *testing.T) {
 		{"flood", "--url", "http://127.0.0.1:9/", "--duration", "-1s"},
 		{"flood", "--url", "http://127.0.0.1:9/", "--workers", "0"},
 		{"flood", "--url", "http://127.0.0.1:9/", "--requests", "0"},
+		{"flood", "--url", "http://127.0.0.1:9/v1/deliver", "--to", "http://127.0.0.1:9/hook"}, // no --secret
+		{"flood", "--url", "http://127.0.0.1:9/v1/deliver", "--to", "http://192.0.2.1/hook", "--secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
 		{"naive", "--sluice", "bin/sluice"}, // naive runs no sluice
 		{"scenario", "canal", "--edge", "--naive"},
 		{"scenario", "canal", "--events", "0"},
@@ -63,6 +67,21 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		if !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "Usage: go run ./loadtest "+strings.Join(args[:len(args)-1], " ")) || errOut.Len() > 0 {
 			t.Errorf("run %q = %v, help:\n%s\nstderr: %s", args, err, out.String(), errOut.String())
 		}
+	}
+}
+
+// A flood at an endpoint that never answers says so and fails too: its
+// requests, cut off by the end of the run, are counted as unanswered.
+func TestFloodOfAnEndpointThatNeverAnswersFails(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	mute := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+	defer mute.Close()
+	defer close(release) // first: Close waits for the handlers
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"flood", "--url", mute.URL, "--duration", "200ms", "--workers", "2", "--timeout", "1h"}, &out, &errOut)
+	if !errors.Is(err, errFailed) || !strings.Contains(out.String(), "unanswered=2") {
+		t.Errorf("flood of an endpoint that never answers = %v\n%s%s", err, out.String(), errOut.String())
 	}
 }
 

@@ -6,6 +6,7 @@ package flood
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/loadtest/report"
+	"github.com/sluice-dev/sluice/shared/bucket"
+	"github.com/sluice-dev/sluice/shared/edgewire"
 	"github.com/sluice-dev/sluice/shared/signature"
 )
 
@@ -33,17 +36,34 @@ type Options struct {
 	Secret string
 	// Body is each request's body (default a small video.trending event).
 	Body []byte
-	Now  func() time.Time // default time.Now
+	// Deliver, when set, makes each request a deliver request to the edge
+	// Worker, whose deliver path URL is, with Secret the origin↔edge
+	// secret: for one subscriber, metered at its rate, the event its body.
+	// The Worker's 202 deferral (its bucket was empty) counts as throttled.
+	Deliver *Deliver
+	Now     func() time.Time // default time.Now
+}
+
+// Deliver is the subscriber a Worker flood is for.
+type Deliver struct {
+	SubscriberID string
+	To           string      // the subscriber's URL, which the Worker calls (loopback)
+	Rate         bucket.Rate // its edge rate
+	// SubscriberSecret, when set, signs each event for the subscriber, so a
+	// partner behind the Worker accepts it.
+	SubscriberSecret string
 }
 
 // Result is what came back.
 type Result struct {
-	Requests  int           `json:"requests"`
-	Accepted  int           `json:"accepted"`  // 2xx
-	Throttled int           `json:"throttled"` // 429
-	Rejected  int           `json:"rejected"`  // any other status
-	Errors    int           `json:"errors"`    // no answer
-	Elapsed   report.Millis `json:"elapsed_ms"`
+	Requests  int `json:"requests"`
+	Accepted  int `json:"accepted"`  // 2xx
+	Throttled int `json:"throttled"` // 429, or the Worker's 202 deferral
+	Rejected  int `json:"rejected"`  // any other status
+	Errors    int `json:"errors"`    // no answer: refused, reset or timed out
+	// Unanswered were still waiting for their answer when the run ended.
+	Unanswered int           `json:"unanswered"`
+	Elapsed    report.Millis `json:"elapsed_ms"`
 	// Achieved is accepted per second; Offered is answered requests per second.
 	Achieved float64       `json:"achieved_per_s"`
 	Offered  float64       `json:"offered_per_s"`
@@ -76,6 +96,21 @@ func CheckLoopback(raw string) error {
 func Run(ctx context.Context, o Options) (Result, error) {
 	if err := CheckLoopback(o.URL); err != nil {
 		return Result{}, err
+	}
+	var subSigner *signature.Signer
+	if d := o.Deliver; d != nil {
+		if err := CheckLoopback(d.To); err != nil {
+			return Result{}, err
+		}
+		if o.Secret == "" {
+			return Result{}, errors.New("a Worker flood needs the origin↔edge secret: the Worker refuses unsigned requests")
+		}
+		if d.SubscriberSecret != "" {
+			var err error
+			if subSigner, err = signature.NewSigner(d.SubscriberSecret); err != nil {
+				return Result{}, err
+			}
+		}
 	}
 	if o.Workers <= 0 {
 		o.Workers = 64
@@ -135,20 +170,18 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				if !ok {
 					return
 				}
-				status, d, err := one(ctx, client, o, signer, n)
+				status, d, err := one(ctx, client, o, signer, subSigner, n)
 				mu.Lock()
 				res.Requests++
 				switch {
+				case err != nil && ctx.Err() != nil:
+					res.Unanswered++ // cut off by the end of the run
 				case err != nil:
-					if ctx.Err() == nil {
-						res.Errors++
-					} else {
-						res.Requests-- // cut off by the end of the run, not an error
-					}
+					res.Errors++
+				case status == http.StatusTooManyRequests, o.Deliver != nil && status == http.StatusAccepted:
+					res.Throttled++
 				case status/100 == 2:
 					res.Accepted++
-				case status == http.StatusTooManyRequests:
-					res.Throttled++
 				default:
 					res.Rejected++
 				}
@@ -173,7 +206,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 var defaultBody = []byte(`{"type":"video.trending","video_id":"vv_9f31c2","region":"NL","velocity":224.0}`)
 
-func one(ctx context.Context, client *http.Client, o Options, signer *signature.Signer, n int) (int, time.Duration, error) {
+func one(ctx context.Context, client *http.Client, o Options, signer, subSigner *signature.Signer, n int) (int, time.Duration, error) {
 	body := o.Body
 	if body == nil {
 		body = defaultBody
@@ -182,12 +215,18 @@ func one(ctx context.Context, client *http.Client, o Options, signer *signature.
 	if signer != nil {
 		body = withID(body, id)
 	}
+	t0 := o.Now()
+	if d := o.Deliver; d != nil {
+		var err error
+		if body, err = deliverBody(d, subSigner, id, body, t0); err != nil {
+			return 0, 0, err
+		}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.URL, bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	t0 := o.Now()
 	if signer != nil {
 		signer.Set(req.Header, id, t0, body)
 	}
@@ -201,6 +240,22 @@ func one(ctx context.Context, client *http.Client, o Options, signer *signature.
 		return 0, 0, err
 	}
 	return resp.StatusCode, o.Now().Sub(t0), nil
+}
+
+// deliverBody wraps the event in a deliver request whose delivery id is the
+// request's webhook-id, as the Worker requires, signed for the subscriber
+// when subSigner is set.
+func deliverBody(d *Deliver, subSigner *signature.Signer, id string, event []byte, now time.Time) ([]byte, error) {
+	headers := map[string]string{"content-type": "application/json"}
+	if subSigner != nil {
+		h := http.Header{}
+		subSigner.Set(h, id, now, event)
+		for _, k := range []string{signature.HeaderID, signature.HeaderTimestamp, signature.HeaderSignature} {
+			headers[k] = h.Get(k)
+		}
+	}
+	return json.Marshal(edgewire.DeliverRequest{DeliveryID: id, SubscriberID: d.SubscriberID, URL: d.To,
+		Headers: headers, Body: string(event), Rate: d.Rate, TimeoutMS: edgewire.DefaultTimeoutMS})
 }
 
 // withID puts "id" first in a JSON object body, so the body names the same
