@@ -139,9 +139,9 @@ type Dispatcher struct {
 	unrecorded    int
 	maxUnrecorded int
 	// reserve is how many free workers only a subscriber with nothing in
-	// flight may take: however many slow subscribers fill their caps, and
-	// however many fast ones stall at once with theirs out, a quiet one
-	// still finds a worker, and every subscriber still gets one in its turn.
+	// flight, and not known to answer slowly, may take: however many slow
+	// subscribers fill their caps, and however many fast ones stall at once
+	// with theirs out, a quiet one still finds a worker.
 	reserve int
 	turn    int // where dispatchLocked next starts in order
 	// attemptCtx outlives Run's context so shutdown can let attempts
@@ -773,7 +773,8 @@ func (d *Dispatcher) start(owners []*sub, res []ledger.ClaimResult, now time.Tim
 // taking subscribers in turn, from where the last start left off, so one
 // long queue cannot take every worker and a worker freed one at a time goes
 // round rather than to the first subscriber with work. The last free
-// workers (the reserve) go only to subscribers with nothing in flight.
+// workers (the reserve) go only to subscribers with nothing in flight that
+// are not known to answer slowly.
 func (d *Dispatcher) dispatchLocked(now time.Time) {
 	if d.stopping {
 		return

@@ -869,6 +869,50 @@ func TestACrowdOfSlowSubscribersLeavesAWorker(t *testing.T) {
 	b.servedBeside("fast2", 3)
 }
 
+// A subscriber known to answer slowly does not take the reserve even with
+// nothing in flight: with 14 of 16 workers held by slow subscribers, a
+// fifth slow one's new delivery waits, and the last two workers stay for
+// subscribers that may be fast.
+func TestAKnownSlowSubscriberLeavesTheReserve(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, 4 })
+	var gate atomic.Pointer[chan struct{}]
+	warm, hold := make(chan struct{}), make(chan struct{})
+	answerWarm, answerHold := sync.OnceFunc(func() { close(warm) }), sync.OnceFunc(func() { close(hold) })
+	gate.Store(&warm)
+	var hanging atomic.Int64
+	slow := newReceiver(t, b.clock, func(r *http.Request, _ int) (int, http.Header) {
+		hanging.Add(1)
+		defer hanging.Add(-1)
+		select {
+		case <-*gate.Load():
+		case <-r.Context().Done():
+		}
+		return http.StatusOK, nil
+	})
+	t.Cleanup(func() { answerWarm(); answerHold() })
+	for i := range 5 {
+		id := fmt.Sprintf("slow%d", i)
+		b.subscriber(id, slow.URL, func(s *ledger.Subscriber) { s.EventTypes, s.TimeoutMS = []string{id}, 60_000 })
+		b.send("warm"+id, id, 1)
+	}
+	waitFor(t, 10*time.Second, "the warm-up attempts", func() bool { return hanging.Load() == 5 })
+	b.fake.Advance(2 * time.Second) // each takes 2 s: all five are known slow
+	gate.Store(&hold)
+	answerWarm()
+	b.settle()
+	for i := range 4 {
+		id := fmt.Sprintf("slow%d", i)
+		b.send("fill"+id, id, 10)
+	}
+	waitFor(t, 10*time.Second, "14 of 16 workers held", func() bool { return hanging.Load() == 14 })
+	b.send("late", "slow4", 1)
+	b.looked()
+	if n := b.d.Snapshot()["slow4"].Inflight; n != 0 {
+		t.Fatalf("the known-slow subscriber took %d of the reserve's workers, want none", n)
+	}
+}
+
 // Fast subscribers that stall together with their caps out leave the
 // reserve too: with 16 workers, the first takes its 10, the second the 4
 // above the reserve of 2, and a third subscriber still gets its deliveries.

@@ -176,15 +176,20 @@ func TestSIGTERMStopsClaimingWhileAPIRequestsFinish(t *testing.T) {
 	if took > 5*time.Second {
 		t.Errorf("took %v to exit, want about the 1s drain timeout", took.Round(time.Millisecond))
 	}
-	// At 5/s one attempt starts every 200 ms: one started after the signal
-	// would arrive within this slack.
+	// At 5/s with a burst of 1, one attempt may be out when the signal
+	// comes; a dispatcher that kept claiming through the second of drain
+	// would have sent about five more.
 	arrivals, _, _, _ := rec.snapshot()
+	var after []string
 	for id, at := range arrivals {
 		for _, a := range at {
-			if a.After(sentAt.Add(100 * time.Millisecond)) {
-				t.Errorf("%s arrived %v after SIGTERM: the dispatcher kept claiming", id, a.Sub(sentAt).Round(time.Millisecond))
+			if a.After(sentAt) {
+				after = append(after, fmt.Sprintf("%s at +%v", id, a.Sub(sentAt).Round(time.Millisecond)))
 			}
 		}
+	}
+	if len(after) > 1 {
+		t.Errorf("%d deliveries arrived after SIGTERM (%v): the dispatcher kept claiming", len(after), after)
 	}
 }
 
