@@ -189,12 +189,12 @@ func TestRowFailedAndTable(t *testing.T) {
 	ok := Row{Subscriber: "analytics-a", Role: "fast sink", Tally: Tally{Expected: 100, Delivered: 100},
 		MaxWindow: 100, Limit: 3050, Drained: true, Drain: Millis(1234 * time.Millisecond)}
 	bad := Row{Subscriber: "partner-dash", Role: "10/s", Tally: Tally{Expected: 100, Delivered: 40, Pending: 58, Lost: 2,
-		LostIDs: []string{"e1", "e9"}}, MaxWindow: 31, Limit: 30, Violation: true, Sent429: 4, BadSignatures: 1,
+		LostIDs: []string{"e1", "e9"}}, MaxWindow: 31, Limit: 30, Violation: true, Sent429: 4, BadSignatures: 1, Banned: true,
 		Notes: []string{"the partner BANNED sluice"}}
 	if why := ok.Failed(); why != "" {
 		t.Errorf("ok.Failed() = %q, want \"\"", why)
 	}
-	if why, want := bad.Failed(), "2 lost, 31 requests in one second, limit 30, 1 bad signatures"; why != want {
+	if why, want := bad.Failed(), "2 lost, 31 requests in one second, limit 30, 1 bad signatures, banned by the partner for ignoring its Retry-After"; why != want {
 		t.Errorf("bad.Failed() = %q, want %q", why, want)
 	}
 	var buf bytes.Buffer
@@ -205,7 +205,7 @@ func TestRowFailedAndTable(t *testing.T) {
 	for _, want := range []string{
 		"100/100", "1.23s", "100 / 3050",
 		"40/100", "58", "31 / 30 !", "(40%)",
-		"FAIL partner-dash: 2 lost, 31 requests in one second, limit 30, 1 bad signatures (first lost: e1 e9)",
+		"FAIL partner-dash: 2 lost, 31 requests in one second, limit 30, 1 bad signatures, banned by the partner for ignoring its Retry-After (first lost: e1 e9)",
 		"note partner-dash: the partner BANNED sluice",
 	} {
 		if !strings.Contains(out, want) {

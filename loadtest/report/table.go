@@ -70,6 +70,10 @@ func (r Row) Failed() string {
 	if r.BadSignatures > 0 {
 		why = append(why, fmt.Sprintf("%d bad signatures", r.BadSignatures))
 	}
+	if r.Banned {
+		// The seed incident itself: a sender the partner had to ban.
+		why = append(why, "banned by the partner for ignoring its Retry-After")
+	}
 	return strings.Join(why, ", ")
 }
 

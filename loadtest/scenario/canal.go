@@ -60,7 +60,7 @@ func (r *Result) Write(w io.Writer) error {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "  %s\n", n)
 	}
-	verdict := "PASS: nothing lost, no advertised rate exceeded"
+	verdict := "PASS: nothing lost, no advertised rate exceeded, no ban"
 	if !r.Pass {
 		verdict = "FAIL: " + strings.Join(r.Failures, "; ")
 	}
