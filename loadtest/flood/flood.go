@@ -42,6 +42,8 @@ type Options struct {
 	// The Worker's 202 deferral (its bucket was empty) counts as throttled.
 	Deliver *Deliver
 	Now     func() time.Time // default time.Now
+
+	runID string // prefixes the ids, so two floods at one partner are no duplicates of each other
 }
 
 // Deliver is the subscriber a Worker flood is for.
@@ -127,6 +129,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	o.runID = "flood_" + strconv.FormatInt(o.Now().UnixNano(), 36)
 	var signer *signature.Signer
 	if o.Secret != "" {
 		var err error
@@ -211,7 +214,7 @@ func one(ctx context.Context, client *http.Client, o Options, signer, subSigner 
 	if body == nil {
 		body = defaultBody
 	}
-	id := "flood_" + strconv.Itoa(n)
+	id := o.runID + "_" + strconv.Itoa(n)
 	if signer != nil {
 		body = withID(body, id)
 	}
