@@ -748,9 +748,12 @@ func (d *Dispatcher) start(owners []*sub, res []ledger.ClaimResult, now time.Tim
 		got := res[i]
 		d.unsettled.Add(int64(len(got.Deliveries)))
 		if !d.liveLocked(s) {
-			// Removed since the claim committed, perhaps created again under
-			// its id: its rows are gone, and the new one must not send them.
-			d.unsettled.Add(-int64(len(got.Deliveries)))
+			// Removed since it was planned, perhaps created again under its
+			// id: the claim may hold the old one's rows, which are gone, and
+			// the new one's, taken by id. None is sent for a sending state
+			// that no longer exists; all go back, which puts the new one's
+			// back to pending (the ledger skips the old one's).
+			released = append(released, releases(got.Deliveries, now)...)
 			continue
 		}
 		s.claiming = false

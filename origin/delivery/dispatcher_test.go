@@ -1180,9 +1180,9 @@ func TestARecreatedSubscriberIgnoresTheOldOnesAnswers(t *testing.T) {
 	}
 }
 
-// A claim that committed before its subscriber was removed and created
-// again under the same id is not sent to the new one: those rows went with
-// the old subscriber, and the new one has another URL and secret.
+// A claim planned for a subscriber that was then removed and created again
+// under the same id is not sent for the new one: the rows it took by id go
+// back to pending and reach the new subscriber through its own claim.
 func TestAClaimOfARemovedSubscriberIsNotStartedForItsSuccessor(t *testing.T) {
 	t.Parallel()
 	b := setup(t, false)
@@ -1195,11 +1195,24 @@ func TestAClaimOfARemovedSubscriberIsNotStartedForItsSuccessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.d.Remove("again")
-	b.subscriber("again", fresh.URL, nil)
-	claimed := ledger.Claimed{Seq: 1, SubscriberID: "again", EventID: "gone-0", Body: []byte(`{"id":"gone-0","type":"t"}`)}
-	b.d.start([]*sub{old}, []ledger.ClaimResult{{Deliveries: []ledger.Claimed{claimed}, Drained: true}}, b.clock.Now())
+	// The new one is created paused, so its delivery waits pending for the
+	// claim the old sending state made.
+	s := b.subscriber("again", fresh.URL, func(s *ledger.Subscriber) { s.Paused = true })
+	b.send("new", "t", 1)
+	now := b.clock.Now()
+	res, err := b.l.Claim(context.Background(), []ledger.ClaimRequest{{SubscriberID: "again", Max: 10, Now: now, LeaseUntil: now.Add(time.Minute)}})
+	if err != nil || len(res[0].Deliveries) != 1 {
+		t.Fatalf("claim = %+v, %v; want the new subscriber's delivery", res, err)
+	}
+	b.d.start([]*sub{old}, res, now)
 	b.settle()
 	if n := fresh.count() + oldRC.count(); n != 0 {
-		t.Fatalf("%d requests for a delivery of the removed subscriber, want none", n)
+		t.Fatalf("%d requests from a claim of a removed subscriber's sending state, want none", n)
+	}
+	s.Paused = false
+	b.d.Upsert(s)
+	waitFor(t, 10*time.Second, "the new subscriber's delivery, put back and claimed again", func() bool { return fresh.count() == 1 })
+	if d := deliveryOf(t, b, "new-0"); d.Status != ledger.StatusSent {
+		t.Fatalf("the new subscriber's delivery is %s, want sent", d.Status)
 	}
 }

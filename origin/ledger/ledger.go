@@ -474,6 +474,9 @@ func (l *Ledger) commit(batch []op) {
 	} else {
 		l.writeFailed.Store(&failedWrite{err: err, at: l.now()})
 		l.stmts.rollback.ExecContext(ctx)
+		for i := len(w.undo) - 1; i >= 0; i-- {
+			w.undo[i]()
+		}
 		l.staleSent()
 		// Ops may have updated patterns before the rollback undid them.
 		if lerr := l.loadPatterns(ctx); lerr != nil {
@@ -495,6 +498,7 @@ type writer struct {
 	s     *statements
 	now   time.Time
 	after []func() // run in order once the batch has committed
+	undo  []func() // run in reverse order when the batch rolls back
 }
 
 func ms(t time.Time) int64 {

@@ -642,3 +642,25 @@ func TestAnOutcomeOfARemovedSubscribersDeliveryIsNotRecorded(t *testing.T) {
 		t.Errorf("the new subscriber's own delivery: stats %+v (%v), want 1 sent", stats["again"], err)
 	}
 }
+
+// A batch that rolls back takes its bornAfter marks back with it: a
+// re-create that never committed must not leave the subscriber still there
+// skipping its own outcomes.
+func TestARolledBackBatchTakesItsBornAfterBack(t *testing.T) {
+	t.Parallel()
+	l, _, _ := open(t)
+	ctx := context.Background()
+	addSubscriber(t, l, "x", "*")
+	before, had := l.bornAfter["x"]
+	err := l.write(ctx, func(ctx context.Context, w *writer) error {
+		l.setBornAfter(w, "x", 0, false) // as a delete does
+		l.setBornAfter(w, "x", 99, true) // then a create
+		return errors.New("disk I/O error")
+	})
+	if err == nil {
+		t.Fatal("the failing batch committed")
+	}
+	if after, has := l.bornAfter["x"]; has != had || after != before {
+		t.Fatalf("bornAfter[x] after the rollback = %d (%v), want %d (%v) as before", after, has, before, had)
+	}
+}

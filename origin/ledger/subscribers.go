@@ -155,7 +155,7 @@ func (l *Ledger) CreateSubscriber(ctx context.Context, s *Subscriber) error {
 			return err
 		}
 		l.patterns[s.ID] = s.EventTypes
-		l.bornAfter[s.ID] = last
+		l.setBornAfter(w, s.ID, last, true)
 		return nil
 	})
 }
@@ -211,12 +211,33 @@ func (l *Ledger) DeleteSubscriber(ctx context.Context, id string) error {
 			}
 		}
 		delete(l.patterns, id)
+		l.setBornAfter(w, id, 0, false)
 		w.after = append(w.after, func() { l.forgetSubscriber(id) })
 		return nil
 	})
 }
 
 // forgetSubscriber drops a removed subscriber's in-memory numbers.
+// setBornAfter sets (or, when !set, clears) id's bornAfter within w's
+// batch, and puts it back should the batch roll back: a value left by a
+// create that never committed would skip the outcomes of the subscriber
+// that is still there.
+func (l *Ledger) setBornAfter(w *writer, id string, seq int64, set bool) {
+	prev, had := l.bornAfter[id]
+	if set {
+		l.bornAfter[id] = seq
+	} else {
+		delete(l.bornAfter, id)
+	}
+	w.undo = append(w.undo, func() {
+		if had {
+			l.bornAfter[id] = prev
+		} else {
+			delete(l.bornAfter, id)
+		}
+	})
+}
+
 func (l *Ledger) forgetSubscriber(id string) {
 	l.sent.mu.Lock()
 	delete(l.sent.n, id)
