@@ -39,7 +39,9 @@ type Options struct {
 	// Deliver, when set, makes each request a deliver request to the edge
 	// Worker, whose deliver path URL is, with Secret the origin↔edge
 	// secret: for one subscriber, metered at its rate, the event its body.
-	// The Worker's 202 deferral (its bucket was empty) counts as throttled.
+	// The Worker's 202 deferral (its bucket was empty) counts as throttled;
+	// when it called the subscriber, the subscriber's status counts (and no
+	// answer from it is an error), as if flood had called it.
 	Deliver *Deliver
 	Now     func() time.Time // default time.Now
 
@@ -237,12 +239,24 @@ func one(ctx context.Context, client *http.Client, o Options, signer, subSigner 
 	if err != nil {
 		return 0, 0, err
 	}
-	_, err = io.Copy(io.Discard, resp.Body)
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return 0, 0, err
 	}
-	return resp.StatusCode, o.Now().Sub(t0), nil
+	took := o.Now().Sub(t0)
+	if o.Deliver != nil && resp.StatusCode == http.StatusOK {
+		// The Worker called the subscriber: what counts is its answer.
+		var r edgewire.Result
+		if err := json.Unmarshal(out, &r); err != nil {
+			return 0, 0, fmt.Errorf("the Worker's answer: %w", err)
+		}
+		if r.Status == 0 {
+			return 0, 0, fmt.Errorf("the subscriber did not answer the Worker: %s", r.Error)
+		}
+		return r.Status, took, nil
+	}
+	return resp.StatusCode, took, nil
 }
 
 // deliverBody wraps the event in a deliver request whose delivery id is the
