@@ -664,3 +664,28 @@ func TestARolledBackBatchTakesItsBornAfterBack(t *testing.T) {
 		t.Fatalf("bornAfter[x] after the rollback = %d (%v), want %d (%v) as before", after, has, before, had)
 	}
 }
+
+// Resume clears the pause it was asked to lift, and the deliveries it held
+// back; a later pause, recorded first, stays.
+func TestResumeLiftsOnlyThePauseItKnows(t *testing.T) {
+	t.Parallel()
+	l, clock, _ := open(t)
+	ctx := context.Background()
+	addSubscriber(t, l, "p", "*")
+	later := clock.Now().Add(2 * time.Hour)
+	if err := l.Record(ctx, nil, []SubscriberState{{ID: "p", PausedUntil: later}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Resume(ctx, "p", clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := l.Subscriber(ctx, "p"); err != nil || !s.PausedUntil.Equal(later) {
+		t.Fatalf("after resuming an older pause: paused until %v (%v), want the later %v kept", s.PausedUntil, err, later)
+	}
+	if _, err := l.Resume(ctx, "p", later); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := l.Subscriber(ctx, "p"); err != nil || !s.PausedUntil.IsZero() {
+		t.Fatalf("after resuming its pause: paused until %v (%v), want none", s.PausedUntil, err)
+	}
+}

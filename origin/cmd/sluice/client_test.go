@@ -626,6 +626,10 @@ func TestClientErrors(t *testing.T) {
 			strings.Contains(r.message(), "unreadable") {
 			t.Errorf("SLUICE_URL=127.0.0.1:8080: %s\nwant exit 2 and a hint at the scheme", r)
 		}
+		// One that has a scheme, however mangled, is not told it lacks one.
+		if r := sluiceEnv(t, map[string]string{"SLUICE_URL": "http:/127.0.0.1:8080"}, "stats"); r.code() != 2 || strings.Contains(r.message(), "needs its scheme") {
+			t.Errorf("SLUICE_URL=http:/127.0.0.1:8080: %s\nwant exit 2 without the missing-scheme hint", r)
+		}
 		// A URL refused for its form is quoted without its password.
 		for _, bad := range []string{"ftp://me:s3cret@127.0.0.1/", "http://me:s3cret@127.0.0.1/%zz"} {
 			r := sluiceEnv(t, map[string]string{"SLUICE_URL": bad}, "stats")
