@@ -829,44 +829,40 @@ func TestACrowdOfSlowSubscribersLeavesAWorker(t *testing.T) {
 	t.Parallel()
 	const workers, perSub, crowd = 16, 4, 6
 	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = workers, perSub })
-	var gate atomic.Pointer[chan struct{}]
-	first, second := make(chan struct{}), make(chan struct{})
-	answerFirst, answerSecond := sync.OnceFunc(func() { close(first) }), sync.OnceFunc(func() { close(second) })
-	gate.Store(&first)
-	var hanging atomic.Int64
-	slow := newReceiver(t, b.clock, func(r *http.Request, _ int) (int, http.Header) {
-		hanging.Add(1)
-		defer hanging.Add(-1)
-		select {
-		case <-*gate.Load():
-		case <-r.Context().Done():
-		}
-		return http.StatusOK, nil
-	})
-	t.Cleanup(func() { answerFirst(); answerSecond() }) // before the receiver closes, which waits for them
+	slow := newPhasedReceiver(t, b.clock)
 	for i := range crowd {
 		id := fmt.Sprintf("slow%d", i)
 		b.subscriber(id, slow.URL, func(s *ledger.Subscriber) { s.EventTypes, s.TimeoutMS = []string{id}, 60_000 })
 		b.send(id, id, 20)
 		b.looked()
 	}
-	waitFor(t, 10*time.Second, "the slow subscribers' first attempts", func() bool { return hanging.Load() >= crowd*startCap })
+	waitFor(t, 10*time.Second, "the slow subscribers' first attempts", func() bool { return slow.held.Load() >= crowd*startCap })
 	b.looked()
-	if n := hanging.Load(); n != crowd*startCap {
+	if n := slowInflight(b, crowd); n != crowd*startCap {
 		t.Fatalf("the new slow subscribers hold %d workers, want %d each", n, startCap)
 	}
 	b.servedBeside("fast1", 3)
 
 	// They answer after 2 s, and from then on are known to be slow.
 	b.fake.Advance(2 * time.Second)
-	gate.Store(&second)
-	answerFirst()
-	waitFor(t, 10*time.Second, "the slow subscribers' next attempts", func() bool { return hanging.Load() >= int64(workers-reserveOf(workers)) })
+	slow.next()
+	waitFor(t, 10*time.Second, "the slow subscribers' next attempts", func() bool { return slow.held.Load() >= int64(workers-reserveOf(workers)) })
 	b.looked()
-	if n := hanging.Load(); n != int64(workers-reserveOf(workers)) {
+	if n := slowInflight(b, crowd); n != workers-reserveOf(workers) {
 		t.Fatalf("the slow subscribers hold %d workers, want %d: the reserve is not theirs", n, workers-reserveOf(workers))
 	}
 	b.servedBeside("fast2", 3)
+}
+
+// slowInflight is the attempts the dispatcher has out for slow0…slow(n-1):
+// its own count, which includes any started that have not reached the
+// receiver yet.
+func slowInflight(b *bundle, n int) int {
+	snap, total := b.d.Snapshot(), 0
+	for i := range n {
+		total += snap[fmt.Sprintf("slow%d", i)].Inflight
+	}
+	return total
 }
 
 // A subscriber known to answer slowly does not take the reserve even with
@@ -876,36 +872,21 @@ func TestACrowdOfSlowSubscribersLeavesAWorker(t *testing.T) {
 func TestAKnownSlowSubscriberLeavesTheReserve(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, 4 })
-	var gate atomic.Pointer[chan struct{}]
-	warm, hold := make(chan struct{}), make(chan struct{})
-	answerWarm, answerHold := sync.OnceFunc(func() { close(warm) }), sync.OnceFunc(func() { close(hold) })
-	gate.Store(&warm)
-	var hanging atomic.Int64
-	slow := newReceiver(t, b.clock, func(r *http.Request, _ int) (int, http.Header) {
-		hanging.Add(1)
-		defer hanging.Add(-1)
-		select {
-		case <-*gate.Load():
-		case <-r.Context().Done():
-		}
-		return http.StatusOK, nil
-	})
-	t.Cleanup(func() { answerWarm(); answerHold() })
+	slow := newPhasedReceiver(t, b.clock)
 	for i := range 5 {
 		id := fmt.Sprintf("slow%d", i)
 		b.subscriber(id, slow.URL, func(s *ledger.Subscriber) { s.EventTypes, s.TimeoutMS = []string{id}, 60_000 })
 		b.send("warm"+id, id, 1)
 	}
-	waitFor(t, 10*time.Second, "the warm-up attempts", func() bool { return hanging.Load() == 5 })
+	waitFor(t, 10*time.Second, "the warm-up attempts", func() bool { return slow.held.Load() == 5 })
 	b.fake.Advance(2 * time.Second) // each takes 2 s: all five are known slow
-	gate.Store(&hold)
-	answerWarm()
+	slow.next()
 	b.settle()
 	for i := range 4 {
 		id := fmt.Sprintf("slow%d", i)
 		b.send("fill"+id, id, 10)
 	}
-	waitFor(t, 10*time.Second, "14 of 16 workers held", func() bool { return hanging.Load() == 14 })
+	waitFor(t, 10*time.Second, "14 of 16 workers held", func() bool { return slow.held.Load() == 14 })
 	b.send("late", "slow4", 1)
 	b.looked()
 	if n := b.d.Snapshot()["slow4"].Inflight; n != 0 {

@@ -229,6 +229,38 @@ func heldReceiver(t *testing.T, clock Clock) (*receiver, chan struct{}) {
 	}), release
 }
 
+// phasedReceiver is a receiver that holds every request, answering 200 to
+// the ones it holds when next is called and holding those after; held
+// counts the requests it holds now.
+type phasedReceiver struct {
+	*receiver
+	gate atomic.Pointer[chan struct{}]
+	held atomic.Int64
+}
+
+func newPhasedReceiver(t *testing.T, clock Clock) *phasedReceiver {
+	p := &phasedReceiver{}
+	first := make(chan struct{})
+	p.gate.Store(&first)
+	p.receiver = newReceiver(t, clock, func(r *http.Request, _ int) (int, http.Header) {
+		p.held.Add(1)
+		defer p.held.Add(-1)
+		select {
+		case <-*p.gate.Load():
+		case <-r.Context().Done():
+		}
+		return http.StatusOK, nil
+	})
+	t.Cleanup(func() { close(*p.gate.Load()) }) // before the receiver closes, which waits for its requests
+	return p
+}
+
+// next answers the requests held now and holds the ones after.
+func (p *phasedReceiver) next() {
+	open := make(chan struct{})
+	close(*p.gate.Swap(&open))
+}
+
 func (rc *receiver) count() int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
