@@ -1193,6 +1193,7 @@ func TestAClaimOfARemovedSubscriberIsNotStartedForItsSuccessor(t *testing.T) {
 	s.Paused = false
 	b.d.Upsert(s)
 	waitFor(t, 10*time.Second, "the new subscriber's delivery, put back and claimed again", func() bool { return fresh.count() == 1 })
+	b.settle() // its answer recorded
 	if d := deliveryOf(t, b, "new-0"); d.Status != ledger.StatusSent {
 		t.Fatalf("the new subscriber's delivery is %s, want sent", d.Status)
 	}

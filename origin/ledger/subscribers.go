@@ -217,7 +217,6 @@ func (l *Ledger) DeleteSubscriber(ctx context.Context, id string) error {
 	})
 }
 
-// forgetSubscriber drops a removed subscriber's in-memory numbers.
 // setBornAfter sets (or, when !set, clears) id's bornAfter within w's
 // batch, and puts it back should the batch roll back: a value left by a
 // create that never committed would skip the outcomes of the subscriber
@@ -238,6 +237,7 @@ func (l *Ledger) setBornAfter(w *writer, id string, seq int64, set bool) {
 	})
 }
 
+// forgetSubscriber drops a removed subscriber's in-memory numbers.
 func (l *Ledger) forgetSubscriber(id string) {
 	l.sent.mu.Lock()
 	delete(l.sent.n, id)
