@@ -17,8 +17,9 @@ func runFlood(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"accepted (2xx), throttled (429), rejected (other statuses), errors (no answer), those still unanswered\n"+
 		"when the run ended, the achieved rate and latency. Point it at a partner (with --secret) or at the edge\n"+
 		"Worker's deliver path (with --to, and --secret the origin↔edge secret) to see whether a limiter limits:\n"+
-		"each request is then a delivery to --to for one subscriber at --rate and --burst, and the Worker's 202\n"+
-		"deferral (its bucket was empty) counts as throttled.", stderr)
+		"each request is then a delivery to --to for one subscriber at --rate and --burst; the Worker's 202\n"+
+		"deferral (its bucket was empty) counts as throttled, and for a delivery it made, the subscriber's\n"+
+		"answer counts: accepted (2xx), rejected (any other) or unreached (none).", stderr)
 	var (
 		o       flood.Options
 		d       flood.Deliver
@@ -70,10 +71,18 @@ func runFlood(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		res.Requests, res.Accepted, res.Throttled, res.Rejected, res.Errors, res.Unanswered, report.Short(time.Duration(res.Elapsed)))
 	fmt.Fprintf(stdout, "achieved=%.1f rps (offered %.1f rps) latency p50=%s p99=%s statuses=%v\n",
 		res.Achieved, res.Offered, report.Short(time.Duration(res.P50)), report.Short(time.Duration(res.P99)), res.Statuses)
+	if o.Deliver != nil {
+		fmt.Fprintf(stdout, "the subscriber at --to: unreached=%d statuses=%v\n", res.Unreached, res.SubscriberStatuses)
+	}
 	if err := writeJSON(jsonOut, res); err != nil {
 		return err
 	}
-	if res.Requests > 0 && res.Accepted+res.Throttled+res.Rejected == 0 {
+	if o.Deliver != nil && res.Unreached > 0 && res.Accepted+res.Rejected == 0 {
+		fmt.Fprintf(stderr, "flood: the Worker answered, but the subscriber never did (%d unreached); is --to %s the right URL?\n",
+			res.Unreached, o.Deliver.To)
+		return errFailed
+	}
+	if res.Requests > 0 && res.Accepted+res.Throttled+res.Rejected+res.Unreached == 0 {
 		// Nothing answered at all: a wrong URL, or an endpoint that never
 		// answers within the run, not a finding about a limiter.
 		fmt.Fprintf(stderr, "flood: no request got an answer (%d refused, reset or timed out; %d unanswered when the run ended); is %s the right URL?\n",

@@ -40,8 +40,9 @@ type Options struct {
 	// Worker, whose deliver path URL is, with Secret the origin↔edge
 	// secret: for one subscriber, metered at its rate, the event its body.
 	// The Worker's 202 deferral (its bucket was empty) counts as throttled;
-	// when it called the subscriber, the subscriber's status counts (and no
-	// answer from it is an error), as if flood had called it.
+	// when it called the subscriber, the subscriber's answer decides
+	// accepted (2xx), rejected (any other, its 429 included) or unreached
+	// (no answer), and is tallied in SubscriberStatuses.
 	Deliver *Deliver
 	Now     func() time.Time // default time.Now
 
@@ -62,12 +63,17 @@ type Deliver struct {
 type Result struct {
 	Requests  int `json:"requests"`
 	Accepted  int `json:"accepted"`  // 2xx
-	Throttled int `json:"throttled"` // 429, or the Worker's 202 deferral
+	Throttled int `json:"throttled"` // 429; in a Worker flood, the Worker's 202 deferral
 	Rejected  int `json:"rejected"`  // any other status
 	Errors    int `json:"errors"`    // no answer: refused, reset or timed out
 	// Unanswered were still waiting for their answer when the run ended.
-	Unanswered int           `json:"unanswered"`
-	Elapsed    report.Millis `json:"elapsed_ms"`
+	Unanswered int `json:"unanswered"`
+	// Unreached, in a Worker flood, the Worker carried out but the
+	// subscriber did not answer; SubscriberStatuses are the answers it did
+	// give, as the Worker reported them (Statuses are the Worker's own).
+	Unreached          int           `json:"unreached,omitempty"`
+	SubscriberStatuses map[int]int   `json:"subscriber_statuses,omitempty"`
+	Elapsed            report.Millis `json:"elapsed_ms"`
 	// Achieved is accepted per second; Offered is answered requests per second.
 	Achieved float64       `json:"achieved_per_s"`
 	Offered  float64       `json:"offered_per_s"`
@@ -175,7 +181,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				if !ok {
 					return
 				}
-				status, d, err := one(ctx, client, o, signer, subSigner, n)
+				a, err := one(ctx, client, o, signer, subSigner, n)
 				mu.Lock()
 				res.Requests++
 				switch {
@@ -183,16 +189,31 @@ func Run(ctx context.Context, o Options) (Result, error) {
 					res.Unanswered++ // cut off by the end of the run
 				case err != nil:
 					res.Errors++
-				case status == http.StatusTooManyRequests, o.Deliver != nil && status == http.StatusAccepted:
+				case a.carried:
+					if res.SubscriberStatuses == nil {
+						res.SubscriberStatuses = map[int]int{}
+					}
+					switch {
+					case a.subscriber == 0:
+						res.Unreached++
+					case a.subscriber/100 == 2:
+						res.Accepted++
+					default:
+						res.Rejected++
+					}
+					if a.subscriber != 0 {
+						res.SubscriberStatuses[a.subscriber]++
+					}
+				case a.status == http.StatusTooManyRequests, o.Deliver != nil && a.status == http.StatusAccepted:
 					res.Throttled++
-				case status/100 == 2:
+				case o.Deliver == nil && a.status/100 == 2:
 					res.Accepted++
 				default:
 					res.Rejected++
 				}
 				if err == nil {
-					res.Statuses[status]++
-					lat = append(lat, d)
+					res.Statuses[a.status]++
+					lat = append(lat, a.took)
 				}
 				mu.Unlock()
 			}
@@ -211,7 +232,17 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 var defaultBody = []byte(`{"type":"video.trending","video_id":"vv_9f31c2","region":"NL","velocity":224.0}`)
 
-func one(ctx context.Context, client *http.Client, o Options, signer, subSigner *signature.Signer, n int) (int, time.Duration, error) {
+// answer is what one request got back.
+type answer struct {
+	status int // flood's own: the Worker's, in a Worker flood
+	took   time.Duration
+	// carried: a Worker flood's request the Worker carried out, and
+	// subscriber the subscriber's status it reported (0: no answer).
+	carried    bool
+	subscriber int
+}
+
+func one(ctx context.Context, client *http.Client, o Options, signer, subSigner *signature.Signer, n int) (answer, error) {
 	body := o.Body
 	if body == nil {
 		body = defaultBody
@@ -224,12 +255,12 @@ func one(ctx context.Context, client *http.Client, o Options, signer, subSigner 
 	if d := o.Deliver; d != nil {
 		var err error
 		if body, err = deliverBody(d, subSigner, id, body, t0); err != nil {
-			return 0, 0, err
+			return answer{}, err
 		}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.URL, bytes.NewReader(body))
 	if err != nil {
-		return 0, 0, err
+		return answer{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if signer != nil {
@@ -237,26 +268,26 @@ func one(ctx context.Context, client *http.Client, o Options, signer, subSigner 
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return answer{}, err
 	}
-	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10)) // a Worker's answer is small
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body) // the rest, so the connection is reused
+	}
 	resp.Body.Close()
 	if err != nil && !errors.Is(err, context.Canceled) {
-		return 0, 0, err
+		return answer{}, err
 	}
-	took := o.Now().Sub(t0)
+	a := answer{status: resp.StatusCode, took: o.Now().Sub(t0)}
 	if o.Deliver != nil && resp.StatusCode == http.StatusOK {
-		// The Worker called the subscriber: what counts is its answer.
+		// The Worker called the subscriber: what counts is its answer. A
+		// 200 that does not read as one is the Worker's fault: rejected.
 		var r edgewire.Result
-		if err := json.Unmarshal(out, &r); err != nil {
-			return 0, 0, fmt.Errorf("the Worker's answer: %w", err)
+		if json.Unmarshal(out, &r) == nil {
+			a.carried, a.subscriber = true, r.Status
 		}
-		if r.Status == 0 {
-			return 0, 0, fmt.Errorf("the subscriber did not answer the Worker: %s", r.Error)
-		}
-		return r.Status, took, nil
 	}
-	return resp.StatusCode, took, nil
+	return a, nil
 }
 
 // deliverBody wraps the event in a deliver request whose delivery id is the

@@ -2,13 +2,23 @@ package flood_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/sluice-dev/sluice/loadtest/flood"
 	"github.com/sluice-dev/sluice/loadtest/partner"
 	"github.com/sluice-dev/sluice/loadtest/report"
 	"github.com/sluice-dev/sluice/shared/bucket"
+	"github.com/sluice-dev/sluice/shared/edgewire"
 )
 
 const secret = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldY"
@@ -74,5 +84,51 @@ func TestFloodRefusesNonLoopback(t *testing.T) {
 		if want := u == "http://[::1]:9/x"; (err == nil) != want {
 			t.Errorf("CheckLoopback(%s) = %v, want ok=%v", u, err, want)
 		}
+	}
+}
+
+// A Worker flood tells the Worker's answers from the subscriber's: the
+// Worker's deferral is throttled, and for a delivery it made the
+// subscriber's status decides, a 202 or a 429 of its own included. The
+// Worker here is a stand-in that checks the request is one the real one
+// takes (signed, delivery id = webhook-id) and answers from a script; the
+// real Worker is flooded in edge/'s workerd tests.
+func TestAWorkerFloodCountsTheSubscribersAnswer(t *testing.T) {
+	t.Parallel()
+	script := []string{`202 {"deferred":true,"retry_in_ms":50}`, `200 {"status":202}`, `200 {"status":429}`,
+		`200 {"status":0,"error":"connection refused"}`, `503 {"error":{"code":"unavailable","message":"x"}}`, `200 not json`}
+	var next atomic.Int64
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var dr edgewire.DeliverRequest
+		if wh.Verify(body, r.Header) != nil || json.Unmarshal(body, &dr) != nil || dr.DeliveryID != r.Header.Get("webhook-id") || dr.Validate() != nil {
+			http.Error(w, "bad request", http.StatusUnprocessableEntity)
+			return
+		}
+		status, answer, _ := strings.Cut(script[int(next.Add(1)-1)%len(script)], " ")
+		code, _ := strconv.Atoi(status)
+		w.WriteHeader(code)
+		io.WriteString(w, answer)
+	}))
+	t.Cleanup(worker.Close)
+	res, err := flood.Run(context.Background(), flood.Options{
+		URL: worker.URL + edgewire.DeliverPath, Secret: secret, Workers: 1, Duration: 30 * time.Second, MaxRequests: 6,
+		Deliver: &flood.Deliver{SubscriberID: "sub", To: "http://127.0.0.1:9/hook", Rate: bucket.Rate{PerSecond: 10, Burst: 20}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type counts struct{ Requests, Accepted, Throttled, Rejected, Unreached, Errors int }
+	want := counts{Requests: 6, Accepted: 1, Throttled: 1, Rejected: 3, Unreached: 1}
+	got := counts{res.Requests, res.Accepted, res.Throttled, res.Rejected, res.Unreached, res.Errors}
+	if got != want {
+		t.Errorf("counts %+v, want %+v", got, want)
+	}
+	if res.SubscriberStatuses[202] != 1 || res.SubscriberStatuses[429] != 1 || res.Statuses[200] != 4 || res.Statuses[202] != 1 {
+		t.Errorf("subscriber statuses %v, the Worker's %v", res.SubscriberStatuses, res.Statuses)
 	}
 }
