@@ -338,7 +338,7 @@ func (d *Dispatcher) Resume(ctx context.Context, id string) error {
 	s.cfg.PausedUntil = time.Time{}
 	d.persistState(s) // a record already under way may carry the old pause; the next one carries this
 	d.mu.Unlock()
-	if _, err := d.ledger.Resume(ctx, id, until); err != nil {
+	if err := d.ledger.Resume(ctx, id, until); err != nil {
 		return err
 	}
 	d.Notify(now, id)

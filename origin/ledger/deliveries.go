@@ -263,25 +263,19 @@ func (l *Ledger) Requeue(ctx context.Context, id string) (Delivery, error) {
 
 // Resume lifts a subscriber's Retry-After pause that lasted until until:
 // its pause is cleared, and its pending deliveries the pause pushed back
-// (due after now, up to until) are due now. It returns how many.
-func (l *Ledger) Resume(ctx context.Context, subscriberID string, until time.Time) (int, error) {
-	var n int64
-	err := l.write(ctx, func(ctx context.Context, w *writer) error {
+// (due after now, up to until) are due now.
+func (l *Ledger) Resume(ctx context.Context, subscriberID string, until time.Time) error {
+	return l.write(ctx, func(ctx context.Context, w *writer) error {
 		// A later pause (a 429 answered meanwhile, recorded first) stays.
 		if _, err := w.conn.ExecContext(ctx, `UPDATE subscribers SET paused_until = 0 WHERE id = ? AND paused_until <= ?`,
 			subscriberID, ms(until)); err != nil {
 			return err
 		}
-		res, err := w.conn.ExecContext(ctx, `UPDATE deliveries SET next_attempt_at = ?1, updated_at = ?1
+		_, err := w.conn.ExecContext(ctx, `UPDATE deliveries SET next_attempt_at = ?1, updated_at = ?1
 			WHERE subscriber_id = ?2 AND status = 'pending' AND next_attempt_at > ?1 AND next_attempt_at <= ?3`,
 			ms(w.now), subscriberID, ms(until))
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
 		return err
 	})
-	return int(n), err
 }
 
 // Recover requeues every dead delivery of a subscriber that died at or after

@@ -676,13 +676,13 @@ func TestResumeLiftsOnlyThePauseItKnows(t *testing.T) {
 	if err := l.Record(ctx, nil, []SubscriberState{{ID: "p", PausedUntil: later}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Resume(ctx, "p", clock.Now().Add(time.Hour)); err != nil {
+	if err := l.Resume(ctx, "p", clock.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if s, err := l.Subscriber(ctx, "p"); err != nil || !s.PausedUntil.Equal(later) {
 		t.Fatalf("after resuming an older pause: paused until %v (%v), want the later %v kept", s.PausedUntil, err, later)
 	}
-	if _, err := l.Resume(ctx, "p", later); err != nil {
+	if err := l.Resume(ctx, "p", later); err != nil {
 		t.Fatal(err)
 	}
 	if s, err := l.Subscriber(ctx, "p"); err != nil || !s.PausedUntil.IsZero() {
