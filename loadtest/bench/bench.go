@@ -113,7 +113,10 @@ type Result struct {
 	// averages: other work on the machine skews every number.
 	LoadBefore string `json:"load_before,omitempty"`
 	LoadAfter  string `json:"load_after,omitempty"`
-	Rows       []Row  `json:"rows"`
+	// Steal is the share of the machine's CPU time over the run that a
+	// hypervisor gave to other guests (absent where /proc/stat has none).
+	Steal *float64 `json:"steal,omitempty"`
+	Rows  []Row    `json:"rows"`
 	// Notes say how each number was taken; Errors, which sections broke.
 	Notes   []string       `json:"notes"`
 	Errors  []string       `json:"errors,omitempty"`
@@ -165,6 +168,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		Started: o.Now(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH,
 		CPUs: runtime.NumCPU(), Sluice: o.Sluice, Details: map[string]any{}, LoadBefore: loadAvg(),
 	}
+	host := readHostCPU()
 	for _, s := range sections() {
 		if len(o.Only) > 0 && !slices.Contains(o.Only, s.name) {
 			continue
@@ -192,6 +196,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.Elapsed = report.Millis(o.Now().Sub(res.Started))
 	res.LoadAfter = loadAvg()
+	if st, ok := stealBetween(host, readHostCPU()); ok {
+		res.Steal = &st
+	}
 	return res, nil
 }
 
@@ -200,6 +207,9 @@ func (r *Result) Write(w io.Writer) error {
 	fmt.Fprintf(w, "sluice bench: %s, %d CPUs, %s, took %s", r.OS, r.CPUs, r.GoVersion, report.Short(time.Duration(r.Elapsed)))
 	if r.LoadBefore != "" {
 		fmt.Fprintf(w, ", load average %s before, %s after", r.LoadBefore, r.LoadAfter)
+	}
+	if r.Steal != nil {
+		fmt.Fprintf(w, ", %s", stealText(*r.Steal))
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

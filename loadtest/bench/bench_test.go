@@ -266,3 +266,26 @@ func TestParseStatCPU(t *testing.T) {
 		t.Error("a short line parsed")
 	}
 }
+
+func TestParseHostCPU(t *testing.T) {
+	t.Parallel()
+	// cpu user nice system idle iowait irq softirq steal guest guest_nice
+	a := parseHostCPU("cpu  100 0 50 800 10 0 5 35 7 0\ncpu0 50 0 25 400 5 0 2 18 3 0\n")
+	b := parseHostCPU("cpu  160 0 70 900 10 0 5 95 9 0\ncpu0 80 0 35 450 5 0 2 48 4 0\n")
+	if !a.ok || a.total != 1000 || a.steal != 35 {
+		t.Fatalf("first reading = %+v; want total 1000, steal 35", a)
+	}
+	got, ok := stealBetween(a, b)
+	// 240 ticks passed, 60 of them stolen.
+	if !ok || got != 0.25 {
+		t.Errorf("stealBetween = %v, %v; want 0.25", got, ok)
+	}
+	if _, ok := stealBetween(b, a); ok {
+		t.Error("a reading older than the first gave a share")
+	}
+	for _, bad := range []string{"", "cpu  1 2 3 4 5 6 7\n", "intr 1 2 3 4 5 6 7 8 9\n", "cpu  1 2 3 4 5 6 7 x 9\n"} {
+		if h := parseHostCPU(bad); h.ok {
+			t.Errorf("parseHostCPU(%q) = %+v; want not ok", bad, h)
+		}
+	}
+}

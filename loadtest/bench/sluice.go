@@ -311,11 +311,13 @@ func procCPU(pid string) (time.Duration, bool) {
 	return parseStatCPU(string(b))
 }
 
-// cpuMark is the CPU time sluice and the harness had used at a moment.
+// cpuMark is the CPU time sluice and the harness had used at a moment,
+// and the machine's CPU counters then.
 type cpuMark struct {
 	at             time.Time
 	sluice, self   time.Duration
 	haveS, haveOwn bool
+	host           hostCPU
 }
 
 func (n *node) cpuMark() cpuMark { return markCPU(n.now, n.inst.Pid()) }
@@ -328,6 +330,7 @@ func markCPU(now func() time.Time, pid int) cpuMark {
 		m.sluice, m.haveS = procCPU(strconv.Itoa(pid))
 	}
 	m.self, m.haveOwn = procCPU("self")
+	m.host = readHostCPU()
 	return m
 }
 
@@ -342,11 +345,17 @@ func cpuTextOf(name string, a, b cpuMark) string {
 	if !a.haveOwn || !b.haveOwn || wall <= 0 {
 		return ""
 	}
-	if name == "" {
-		return fmt.Sprintf("CPU: the harness %.2f cores", (b.self-a.self).Seconds()/wall)
-	}
-	if !a.haveS || !b.haveS {
+	var text string
+	switch {
+	case name == "":
+		text = fmt.Sprintf("CPU: the harness %.2f cores", (b.self-a.self).Seconds()/wall)
+	case !a.haveS || !b.haveS:
 		return ""
+	default:
+		text = fmt.Sprintf("CPU: %s %.2f cores, the harness %.2f", name, (b.sluice-a.sluice).Seconds()/wall, (b.self-a.self).Seconds()/wall)
 	}
-	return fmt.Sprintf("CPU: %s %.2f cores, the harness %.2f", name, (b.sluice-a.sluice).Seconds()/wall, (b.self-a.self).Seconds()/wall)
+	if st, ok := stealBetween(a.host, b.host); ok {
+		text += ", " + stealText(st)
+	}
+	return text
 }
