@@ -203,8 +203,8 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 // errEmptyBody answers a body of nothing or only spaces, on every route.
 var errEmptyBody = &apiError{http.StatusBadRequest, "invalid_json", "the body is empty; expected a JSON object"}
 
-// decodeStrict reads a JSON object into v, refusing unknown fields and
-// trailing data.
+// decodeStrict reads a JSON object into v, refusing unknown fields,
+// fields spelled in another case, repeated fields and trailing data.
 func decodeStrict(body []byte, v any) error {
 	text := strings.TrimSpace(string(body))
 	if len(text) == 0 {
@@ -215,6 +215,9 @@ func decodeStrict(body []byte, v any) error {
 	}
 	if text[0] != '{' {
 		return badRequest("expected a JSON object")
+	}
+	if err := exactKeys(body, reflect.TypeOf(v)); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(strings.NewReader(text))
 	dec.DisallowUnknownFields()
