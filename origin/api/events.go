@@ -25,7 +25,7 @@ func (s *Server) postEvent(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.Ledger.Enqueue(c.Request().Context(), []ledger.NewEvent{{ID: p.ID, Type: p.Type, Body: p.Body}}, true)
+	res, err := s.Ledger.Enqueue(c.Request().Context(), []ledger.NewEvent{{ID: p.ID, Type: p.Type, Body: p.Body}})
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func (s *Server) postBatch(c echo.Context) error {
 		}
 		events[i] = ledger.NewEvent{ID: p.ID, Type: p.Type, Body: p.Body}
 	}
-	res, err := s.Ledger.Enqueue(c.Request().Context(), events, false)
+	res, err := s.Ledger.Enqueue(c.Request().Context(), events)
 	if err != nil {
 		return err
 	}

@@ -444,7 +444,7 @@ func TestADeliveryTheWorkerRefusesGoesByTheOrigin(t *testing.T) {
 	rc := newReceiver(t, b.clock, nil)
 	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"video.view_milestone"} })
 	body := fmt.Appendf(nil, `{"id":"big","type":"video.view_milestone","pad":%q}`, strings.Repeat("x", edgewire.MaxRequestBytes))
-	res, err := b.l.Enqueue(context.Background(), []ledger.NewEvent{{ID: "big", Type: "video.view_milestone", Body: body}}, false)
+	res, err := b.l.Enqueue(context.Background(), []ledger.NewEvent{{ID: "big", Type: "video.view_milestone", Body: body}})
 	if err != nil {
 		t.Fatal(err)
 	}

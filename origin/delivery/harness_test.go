@@ -108,7 +108,7 @@ func (b *bundle) send(prefix, typ string, n int) {
 		id := fmt.Sprintf("%s-%d", prefix, i)
 		events[i] = ledger.NewEvent{ID: id, Type: typ, Body: fmt.Appendf(nil, `{"id":%q,"type":%q}`, id, typ)}
 	}
-	res, err := b.l.Enqueue(context.Background(), events, false)
+	res, err := b.l.Enqueue(context.Background(), events)
 	if err != nil {
 		b.t.Fatal(err)
 	}

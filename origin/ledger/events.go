@@ -54,9 +54,9 @@ func (l *Ledger) SetAdmitter(a Admitter) { l.admitter = a }
 
 // Enqueue stores events and fans each new one out to every subscriber whose
 // patterns match its type, in one transaction with whatever else shares the
-// commit. An id already stored is a duplicate and enqueues nothing. With
-// countDuplicates it also reports how many deliveries a duplicate has.
-func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates bool) (EnqueueResult, error) {
+// commit. An id already stored is a duplicate and enqueues nothing: its
+// Deliveries is 0, the count this call enqueued.
+func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent) (EnqueueResult, error) {
 	var (
 		res      EnqueueResult
 		reserved map[string]int
@@ -183,15 +183,6 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent, countDuplicates
 				sort.Slice(taken, func(i, j int) bool { return taken[i].Seq < taken[j].Seq })
 				l.admitter.Handoff(taken)
 			})
-		}
-		if countDuplicates {
-			for i := range res.Events {
-				if res.Events[i].Duplicate {
-					if err := w.s.countByEvent.QueryRowContext(ctx, res.Events[i].ID).Scan(&res.Events[i].Deliveries); err != nil {
-						return err
-					}
-				}
-			}
 		}
 		return nil
 	})

@@ -220,7 +220,7 @@ func TestEnqueueIsIdempotentAndFansOutByType(t *testing.T) {
 	addSubscriber(t, l, "videos", "video.*")
 	addSubscriber(t, l, "billing", "invoice.paid")
 
-	res, err := l.Enqueue(ctx, []NewEvent{{ID: "e1", Type: "video.trending", Body: []byte(`{"id":"e1","type":"video.trending"}`)}}, true)
+	res, err := l.Enqueue(ctx, []NewEvent{{ID: "e1", Type: "video.trending", Body: []byte(`{"id":"e1","type":"video.trending"}`)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,19 +230,19 @@ func TestEnqueueIsIdempotentAndFansOutByType(t *testing.T) {
 	if res.Subscribers["billing"] != 0 || res.Subscribers["trending"] != 1 {
 		t.Fatalf("fan-out = %v", res.Subscribers)
 	}
-	res, err = l.Enqueue(ctx, []NewEvent{{ID: "e1", Type: "video.trending", Body: []byte(`{}`)}}, true)
+	res, err = l.Enqueue(ctx, []NewEvent{{ID: "e1", Type: "video.trending", Body: []byte(`{}`)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := res.Events[0]; !e.Duplicate || e.Deliveries != 3 || len(res.Subscribers) != 0 {
-		t.Fatalf("repeat enqueue = %+v %v, want a duplicate with its 3 deliveries and nothing new", e, res.Subscribers)
+	if e := res.Events[0]; !e.Duplicate || e.Deliveries != 0 || len(res.Subscribers) != 0 {
+		t.Fatalf("repeat enqueue = %+v %v, want a duplicate that enqueued nothing", e, res.Subscribers)
 	}
 	batch := []NewEvent{
 		{ID: "e2", Type: "invoice.paid", Body: []byte(`{}`)},
 		{ID: "e1", Type: "video.trending", Body: []byte(`{}`)},
 		{ID: "e2", Type: "invoice.paid", Body: []byte(`{}`)},
 	}
-	res, err = l.Enqueue(ctx, batch, false)
+	res, err = l.Enqueue(ctx, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestClaimTakesDueWorkAndRecordsOutcomes(t *testing.T) {
 	addSubscriber(t, l, "s", "*")
 	for i := range 5 {
 		id := string(rune('a' + i))
-		if _, err := l.Enqueue(ctx, []NewEvent{{ID: id, Type: "t", Body: []byte(`{}`)}}, false); err != nil {
+		if _, err := l.Enqueue(ctx, []NewEvent{{ID: id, Type: "t", Body: []byte(`{}`)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -324,7 +324,7 @@ func TestRestartReturnsInflightToPending(t *testing.T) {
 	}
 	ctx := context.Background()
 	addSubscriber(t, l, "s", "*")
-	l.Enqueue(ctx, []NewEvent{{ID: "x", Type: "t", Body: []byte(`{}`)}}, false)
+	l.Enqueue(ctx, []NewEvent{{ID: "x", Type: "t", Body: []byte(`{}`)}})
 	if _, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 1, Now: t0}}); err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +359,7 @@ func TestCheckpointerCopiesTheWALBack(t *testing.T) {
 	for i := range events {
 		events[i] = NewEvent{ID: fmt.Sprintf("e%d", i), Type: "t", Body: []byte(`{"padding":"` + strings.Repeat("x", 200) + `"}`)}
 	}
-	if _, err := l.Enqueue(context.Background(), events, false); err != nil {
+	if _, err := l.Enqueue(context.Background(), events); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -597,7 +597,7 @@ func TestAnOutcomeOfARemovedSubscribersDeliveryIsNotRecorded(t *testing.T) {
 	l, clock, _ := open(t)
 	ctx := context.Background()
 	addSubscriber(t, l, "again", "*")
-	if _, err := l.Enqueue(ctx, []NewEvent{{ID: "e1", Type: "t", Body: []byte(`{}`)}}, false); err != nil {
+	if _, err := l.Enqueue(ctx, []NewEvent{{ID: "e1", Type: "t", Body: []byte(`{}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "again", Max: 1, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
@@ -626,7 +626,7 @@ func TestAnOutcomeOfARemovedSubscribersDeliveryIsNotRecorded(t *testing.T) {
 		t.Errorf("the new subscriber's stats count %d attempts, want none", st.Attempts)
 	}
 	// Its own deliveries are recorded as ever.
-	if _, err := l.Enqueue(ctx, []NewEvent{{ID: "e2", Type: "t", Body: []byte(`{}`)}}, false); err != nil {
+	if _, err := l.Enqueue(ctx, []NewEvent{{ID: "e2", Type: "t", Body: []byte(`{}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	res, err = l.Claim(ctx, []ClaimRequest{{SubscriberID: "again", Max: 1, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})

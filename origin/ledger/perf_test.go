@@ -53,7 +53,7 @@ func BenchmarkEnqueueAndRecord(b *testing.B) {
 			defer next.Done()
 			for i := range per {
 				id := "e" + strconv.Itoa(c) + "-" + strconv.Itoa(i)
-				if _, err := l.Enqueue(context.Background(), []NewEvent{{ID: id, Type: "bench.one", Body: body}}, true); err != nil {
+				if _, err := l.Enqueue(context.Background(), []NewEvent{{ID: id, Type: "bench.one", Body: body}}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -115,7 +115,7 @@ func BenchmarkClaim(b *testing.B) {
 		for j := range events {
 			events[j] = NewEvent{ID: "e" + strconv.Itoa(i+j), Type: "bench.one", Body: body}
 		}
-		if _, err := l.Enqueue(context.Background(), events, false); err != nil {
+		if _, err := l.Enqueue(context.Background(), events); err != nil {
 			b.Fatal(err)
 		}
 	}

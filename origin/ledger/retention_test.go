@@ -27,7 +27,7 @@ func newPrunePlay(t *testing.T) *prunePlay {
 
 func (p *prunePlay) enqueue(id, typ string) {
 	p.t.Helper()
-	if _, err := p.l.Enqueue(context.Background(), []NewEvent{{ID: id, Type: typ, Body: []byte(`{}`)}}, false); err != nil {
+	if _, err := p.l.Enqueue(context.Background(), []NewEvent{{ID: id, Type: typ, Body: []byte(`{}`)}}); err != nil {
 		p.t.Fatal(err)
 	}
 }
@@ -139,7 +139,7 @@ func TestPruneTakesOnlyWhatWasDelivered(t *testing.T) {
 	}
 
 	// The id of a pruned event is free again.
-	if res, err := p.l.Enqueue(ctx, []NewEvent{{ID: "sent-old", Type: "t", Body: []byte(`{}`)}}, false); err != nil || res.Events[0].Duplicate {
+	if res, err := p.l.Enqueue(ctx, []NewEvent{{ID: "sent-old", Type: "t", Body: []byte(`{}`)}}); err != nil || res.Events[0].Duplicate {
 		t.Fatalf("enqueue of a pruned id = %+v, %v; want a new event", res, err)
 	}
 }
@@ -194,7 +194,7 @@ func TestPruneWalksInBatches(t *testing.T) {
 	l, clock, _ := open(t)
 	ctx := context.Background()
 	for i := range 25 {
-		if _, err := l.Enqueue(ctx, []NewEvent{{ID: fmt.Sprint("e", i), Type: "t", Body: []byte(`{}`)}}, false); err != nil {
+		if _, err := l.Enqueue(ctx, []NewEvent{{ID: fmt.Sprint("e", i), Type: "t", Body: []byte(`{}`)}}); err != nil {
 			t.Fatal(err)
 		}
 	}

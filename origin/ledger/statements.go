@@ -8,22 +8,21 @@ import (
 
 // statements are the writer's hot statements, prepared once on its connection.
 type statements struct {
-	due          *sql.Stmt
-	claim        *sql.Stmt
-	nextDue      *sql.Stmt
-	markSent     *sql.Stmt
-	reschedule   *sql.Stmt
-	markDead     *sql.Stmt
-	defer_       *sql.Stmt
-	release      *sql.Stmt
-	unknown      *sql.Stmt
-	saveState    *sql.Stmt
-	countByEvent *sql.Stmt
-	begin        *sql.Stmt
-	commit       *sql.Stmt
-	rollback     *sql.Stmt
-	all          []*sql.Stmt
-	cache        map[string]*sql.Stmt // multi-row statements by shape and size
+	due        *sql.Stmt
+	claim      *sql.Stmt
+	nextDue    *sql.Stmt
+	markSent   *sql.Stmt
+	reschedule *sql.Stmt
+	markDead   *sql.Stmt
+	defer_     *sql.Stmt
+	release    *sql.Stmt
+	unknown    *sql.Stmt
+	saveState  *sql.Stmt
+	begin      *sql.Stmt
+	commit     *sql.Stmt
+	rollback   *sql.Stmt
+	all        []*sql.Stmt
+	cache      map[string]*sql.Stmt // multi-row statements by shape and size
 }
 
 func (s *statements) prepare(ctx context.Context, c *sql.Conn) error {
@@ -60,7 +59,6 @@ func (s *statements) prepare(ctx context.Context, c *sql.Conn) error {
 		next_attempt_at = ?1, updated_at = ?2, lease_until = NULL, last_error = ?3 WHERE seq = ?4 AND status = 'inflight'`)
 	s.saveState = p(`UPDATE subscribers SET paused_until = ?1, breaker_state = ?2, breaker_failures = ?3,
 		breaker_opened_at = ?4 WHERE id = ?5`)
-	s.countByEvent = p(`SELECT count(*) FROM deliveries WHERE event_seq = (SELECT seq FROM events WHERE id = ?1)`)
 	s.begin = p(`BEGIN IMMEDIATE`)
 	s.commit = p(`COMMIT`)
 	s.rollback = p(`ROLLBACK`)

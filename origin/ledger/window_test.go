@@ -99,7 +99,7 @@ func TestStatsCountsSentAndTheWindow(t *testing.T) {
 	for i := range 10 {
 		events = append(events, NewEvent{ID: fmt.Sprintf("e%d", i), Type: "t", Body: []byte(`{}`)})
 	}
-	if _, err := l.Enqueue(ctx, events, false); err != nil {
+	if _, err := l.Enqueue(ctx, events); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(30 * time.Millisecond)

@@ -95,7 +95,7 @@ func TestScrapeShowsAttemptsLatencyAndState(t *testing.T) {
 		}
 		d.Upsert(s)
 	}
-	res, err := l.Enqueue(ctx, []ledger.NewEvent{{ID: "e1", Type: "t", Body: []byte(`{"id":"e1","type":"t"}`)}}, false)
+	res, err := l.Enqueue(ctx, []ledger.NewEvent{{ID: "e1", Type: "t", Body: []byte(`{"id":"e1","type":"t"}`)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -345,9 +345,9 @@ func TestClientSendAndDeliveries(t *testing.T) {
 		Duplicate  bool   `json:"duplicate"`
 	}
 	o.okJSON(&sent, "send", "--type", "video.trending", "--id", "evt_one")
-	// A duplicate answers the deliveries the event already has.
-	if sent.ID != "evt_one" || !sent.Duplicate || sent.Deliveries != 1 {
-		t.Errorf("send of the same id again: %+v, want a duplicate with its 1 delivery", sent)
+	// A duplicate enqueues nothing and says so.
+	if sent.ID != "evt_one" || !sent.Duplicate || sent.Deliveries != 0 {
+		t.Errorf("send of the same id again: %+v, want a duplicate that enqueued nothing", sent)
 	}
 	file := filepath.Join(t.TempDir(), "event.json")
 	if err := os.WriteFile(file, []byte(`{"type":"video.trending","id":"evt_file","x":1}`), 0o600); err != nil {

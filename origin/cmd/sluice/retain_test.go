@@ -31,11 +31,11 @@ func TestRetainPrunesPastTheRetentionAtStart(t *testing.T) {
 	for i := range 250 {
 		old = append(old, ledger.NewEvent{ID: fmt.Sprint("old-", i), Type: "t", Body: []byte(`{}`)})
 	}
-	if _, err := l.Enqueue(ctx, old, false); err != nil {
+	if _, err := l.Enqueue(ctx, old); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(48 * time.Hour)
-	if _, err := l.Enqueue(ctx, []ledger.NewEvent{{ID: "new", Type: "t", Body: []byte(`{}`)}}, false); err != nil {
+	if _, err := l.Enqueue(ctx, []ledger.NewEvent{{ID: "new", Type: "t", Body: []byte(`{}`)}}); err != nil {
 		t.Fatal(err)
 	}
 
