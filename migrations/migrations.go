@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -59,9 +60,15 @@ func Apply(ctx context.Context, db *sql.DB, now time.Time) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkOwner(ctx, db); err != nil {
+		return nil, err
+	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
 		return nil, fmt.Errorf("create schema_migrations: %w", err)
+	}
+	if err := checkKnown(ctx, db, all); err != nil {
+		return nil, err
 	}
 	var applied []string
 	for _, m := range all {
@@ -93,4 +100,69 @@ func Apply(ctx context.Context, db *sql.DB, now time.Time) ([]string, error) {
 		applied = append(applied, m.Name)
 	}
 	return applied, nil
+}
+
+// checkOwner refuses a database that holds tables but no record of
+// migrations: another program's file, where the first migration would fail
+// halfway through someone else's schema.
+func checkOwner(ctx context.Context, db *sql.DB) error {
+	var ours int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&ours); err != nil {
+		return fmt.Errorf("read the schema: %w", err)
+	}
+	if ours > 0 {
+		return nil
+	}
+	var other string
+	err := db.QueryRowContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name LIMIT 1`).Scan(&other)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the schema: %w", err)
+	}
+	return fmt.Errorf("%w: it holds tables (%q among them) but no schema_migrations; choose another --db", ErrForeign, other)
+}
+
+// checkKnown refuses a database that records a migration this binary does
+// not have: a newer sluice migrated it, and this one would run on a schema
+// it does not understand.
+func checkKnown(ctx context.Context, db *sql.DB, all []Migration) error {
+	known := make(map[int]string, len(all))
+	for _, m := range all {
+		known[m.Version] = m.Name
+	}
+	rows, err := db.QueryContext(ctx, `SELECT version, name FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		return fmt.Errorf("read schema_migrations: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v int
+		var name string
+		if err := rows.Scan(&v, &name); err != nil {
+			return fmt.Errorf("read schema_migrations: %w", err)
+		}
+		if known[v] != name {
+			return fmt.Errorf("%w: it records migration %d (%q), which this sluice does not have; run the sluice that migrated it",
+				ErrUnknown, v, printable(name))
+		}
+	}
+	return rows.Err()
+}
+
+// ErrForeign and ErrUnknown say why a database was refused before any
+// migration ran.
+var (
+	ErrForeign = errors.New("the database was not made by sluice")
+	ErrUnknown = errors.New("the database was migrated by another sluice")
+)
+
+// printable cuts a name read from the file to something safe to print.
+func printable(s string) string {
+	const most = 64
+	if len(s) > most {
+		s = s[:most]
+	}
+	return strings.ToValidUTF8(s, "?")
 }
