@@ -316,9 +316,31 @@ func (d *Dispatcher) upsertLocked(s ledger.Subscriber, now time.Time) {
 	}
 	st.cfg = s
 	st.signer = nil
+	wasEdge, wasOrigin, oldOrigin, oldEdge := st.usesEdge, st.usesOrigin, st.originRate, st.edgeRate
 	d.lanes(st)
 	if !ok {
 		st.bucket, st.edgeBucket = bucket.Full(st.originRate, now), bucket.Full(st.edgeRate, now)
+		return
+	}
+	// A lane the subscriber starts to use starts from what it has spent,
+	// not from the full bucket it kept idle: a subscriber moved from the
+	// origin lane to the edge one (or back) by a change of event types
+	// would otherwise get a second burst. Moved whole, the spent bucket
+	// moves with it; split, the new lane starts empty.
+	switch {
+	case st.usesEdge && !wasEdge && !st.usesOrigin:
+		st.edgeBucket = bucket.Refill(st.bucket, oldOrigin, now)
+	case st.usesEdge && !wasEdge:
+		st.edgeBucket = bucket.Empty(now)
+	}
+	if st.usesEdge && !wasEdge && d.edge.downUntil.After(now) {
+		st.edgeBucket = bucket.Empty(d.edge.downUntil) // as the outage left the others
+	}
+	switch {
+	case st.usesOrigin && !wasOrigin && !st.usesEdge:
+		st.bucket = bucket.Refill(st.edgeBucket, oldEdge, now)
+	case st.usesOrigin && !wasOrigin:
+		st.bucket = bucket.Empty(now)
 	}
 }
 

@@ -524,3 +524,113 @@ func TestARemovedSubscribersLateDeferralIsNotObserved(t *testing.T) {
 		t.Fatalf("%d deferrals of the removed subscriber observed, want none", n)
 	}
 }
+
+// emptyWorkerBucket spends the Worker's bucket for subscriber sub at now.
+func emptyWorkerBucket(mb *memBuckets, sub string, now time.Time) {
+	mb.mu.Lock()
+	mb.state[sub] = &worker.Stored{Tokens: 0, LastMS: now.UnixMilli()}
+	mb.mu.Unlock()
+}
+
+// After a deferral the origin sends again when the Worker said its token
+// comes, not a whole token's refill later.
+func TestADeferralHoldsTheEdgeLaneOnlyUntilTheWorkersTime(t *testing.T) {
+	t.Parallel()
+	w, mb := startWorker(t)
+	b := setupOnFakeClock(t, w.URL, mb)
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) {
+		s.EventTypes, s.Rate = []string{"video.view_milestone"}, ledger.Rate{PerSecond: 0.5, Burst: 1}
+	})
+	emptyWorkerBucket(mb, "s", b.fake.Now()) // its next token comes in 2 s
+	start := b.fake.Now()
+	b.send("m", "video.view_milestone", 1)
+	b.step(5*time.Second, 50*time.Millisecond)
+	times := rc.times()
+	if len(times) != 1 {
+		t.Fatalf("%d arrivals, want 1", len(times))
+	}
+	if d := deliveryOf(t, b, "m-0"); d.Deferrals != 1 || d.Attempts != 1 {
+		t.Fatalf("m-0: %d deferrals, %d attempts; want one of each", d.Deferrals, d.Attempts)
+	}
+	if took := times[0].Sub(start); took < 2*time.Second || took > 2100*time.Millisecond {
+		t.Errorf("sent %v after the event; the Worker's token came at 2s", took)
+	}
+}
+
+// A deferred delivery goes out before the subscriber's newer ones, not
+// behind its whole backlog.
+func TestADeferredDeliveryKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	w, mb := startWorker(t)
+	b := setupOnFakeClock(t, w.URL, mb)
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) {
+		s.EventTypes, s.Rate = []string{"video.view_milestone"}, ledger.Rate{PerSecond: 2, Burst: 1}
+	})
+	emptyWorkerBucket(mb, "s", b.fake.Now())
+	b.send("m", "video.view_milestone", 1)
+	b.step(100*time.Millisecond, 50*time.Millisecond) // m-0 tried and deferred
+	if d := deliveryOf(t, b, "m-0"); d.Deferrals != 1 || d.Status != ledger.StatusPending {
+		t.Fatalf("m-0: %s with %d deferrals; want pending after one", d.Status, d.Deferrals)
+	}
+	b.send("n", "video.view_milestone", 6)
+	b.step(5*time.Second, 50*time.Millisecond)
+	first := deliveryOf(t, b, "m-0")
+	if first.SentAt == nil {
+		t.Fatalf("m-0 was not sent: %s", first.Status)
+	}
+	for i := range 6 {
+		d := deliveryOf(t, b, fmt.Sprintf("n-%d", i))
+		if d.SentAt != nil && d.SentAt.Before(*first.SentAt) {
+			t.Errorf("n-%d, enqueued after m-0 was deferred, was sent at %v, before m-0 at %v", i, d.SentAt, first.SentAt)
+		}
+	}
+}
+
+// Moving a subscriber from one lane to the other by a change of its types
+// moves what it has spent: the lane it leaves idle kept a full bucket, and
+// must not add that burst to the one just spent.
+func TestMovingASubscriberBetweenLanesKeepsItsRate(t *testing.T) {
+	t.Parallel()
+	w, mb := startWorker(t)
+	b := setupOnFakeClock(t, w.URL, mb)
+	rc := newReceiver(t, b.clock, nil)
+	rate := ledger.Rate{PerSecond: 1, Burst: 5}
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) {
+		s.EventTypes, s.Rate = []string{"video.trending"}, rate
+	})
+	move := func(types ...string) {
+		s, err := b.l.UpdateSubscriber(context.Background(), "s", func(s *ledger.Subscriber) { s.EventTypes = types })
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.d.Upsert(s)
+	}
+	b.send("o", "video.trending", 5) // the origin lane spends the burst
+	b.step(200*time.Millisecond, 50*time.Millisecond)
+	move("video.view_milestone")
+	b.send("e", "video.view_milestone", 5)
+	b.step(2*time.Second, 50*time.Millisecond)
+	move("video.trending")
+	b.send("p", "video.trending", 5)
+	b.step(3*time.Second, 50*time.Millisecond)
+	if n := rc.count(); n < 8 {
+		t.Fatalf("%d delivered, want the rate's worth at least", n)
+	}
+	// No window of w seconds holds more than burst + rate·w arrivals (the
+	// receiver stamps an arrival up to a clock step after the send).
+	at := rc.times()
+	for _, w := range []int{1, 2, 3} {
+		most := int(rate.Burst + rate.PerSecond*float64(w))
+		for i := range at {
+			n := 0
+			for j := i; j < len(at) && at[j].Sub(at[i]) < time.Duration(w)*time.Second; j++ {
+				n++
+			}
+			if n > most {
+				t.Fatalf("%d arrivals in the %ds from +%v, at most %d at 1/s burst 5 summed over both lanes\n%v", n, w, at[i].Sub(t0), most, at)
+			}
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -226,12 +227,16 @@ func (d *Dispatcher) viaEdge(ctx context.Context, owner *sub, s ledger.Subscribe
 		// delivery goes straight back (to the origin lane if the Worker is
 		// now out of use).
 		d.cfg.Logger.Warn("edge lane failed", "delivery_id", c.ID(), "subscriber_id", s.ID, "err", err)
-		results, known := d.settleLane(owner, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: end}, end, false)
+		results, known := d.settleLane(owner, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: end}, end, false, time.Time{})
 		d.finish(results, known)
 	case deferFor > 0:
-		// The Worker's bucket was empty: reschedule without an attempt, and
-		// take the Worker's word for when its next token comes.
-		results, known := d.settleLane(owner, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, NextAttemptAt: end.Add(deferFor)}, end, true)
+		// The Worker's bucket was empty: take its word for when its next
+		// token comes, and reschedule without an attempt. The delivery goes
+		// back due as it was, keeping its place ahead of the subscriber's
+		// newer deliveries; the edge bucket, which settleLane holds empty
+		// until the Worker's time, keeps the lane from sending before it.
+		results, known := d.settleLane(owner, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, NextAttemptAt: c.Due},
+			end, true, end.Add(deferFor))
 		if o, ok := d.cfg.Observer.(interface{ ObserveDeferral(string) }); ok && known {
 			o.ObserveDeferral(s.ID) // not for a subscriber removed meanwhile: its series are gone
 		}
@@ -254,8 +259,9 @@ func (d *Dispatcher) viaEdge(ctx context.Context, owner *sub, s ledger.Subscribe
 
 // settleLane frees the worker of an edge attempt that was not an attempt
 // (a deferral, or a lane failure) and notes what it says about the Worker;
-// known is whether s is still there.
-func (d *Dispatcher) settleLane(s *sub, res ledger.Result, now time.Time, answered bool) (out []ledger.Result, known bool) {
+// tokenAt is when a deferring Worker said the subscriber's next token
+// comes. known is whether s is still there.
+func (d *Dispatcher) settleLane(s *sub, res ledger.Result, now time.Time, answered bool, tokenAt time.Time) (out []ledger.Result, known bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.poke()
@@ -266,11 +272,17 @@ func (d *Dispatcher) settleLane(s *sub, res ledger.Result, now time.Time, answer
 		if answered {
 			s.answered = now
 		}
-		if answered && res.NextAttemptAt.After(now) {
-			// An empty bucket until the Worker said (Refill waits for the
-			// clock), and not before the lane is back in use: a deferral
-			// that comes back during an outage must not let it refill.
-			s.edgeBucket = bucket.Empty(latest(res.NextAttemptAt, d.edge.downUntil))
+		if answered && tokenAt.After(now) {
+			// The Worker's bucket holds its next token at tokenAt: so does
+			// this copy, one token's refill from empty then (Refill waits
+			// for the clock). Empty at tokenAt would hold the lane a whole
+			// token longer than the Worker does, after every deferral. Not
+			// before the lane is back in use, though: a deferral that comes
+			// back during an outage must not let it refill.
+			s.edgeBucket = oneTokenAt(tokenAt, s.edgeRate)
+			if d.edge.downUntil.After(s.edgeBucket.Last) {
+				s.edgeBucket = bucket.Empty(d.edge.downUntil)
+			}
 		}
 		out = append(out, d.holdLocked(s, now)...)
 	}
@@ -299,11 +311,13 @@ func (d *Dispatcher) settleLane(s *sub, res ledger.Result, now time.Time, answer
 	return out, known
 }
 
-func latest(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+// oneTokenAt is a bucket that reaches one token at t and holds nothing
+// before.
+func oneTokenAt(t time.Time, r bucket.Rate) bucket.State {
+	if r.PerSecond <= 0 {
+		return bucket.Empty(t)
 	}
-	return b
+	return bucket.Empty(t.Add(-time.Duration(math.Ceil(float64(time.Second) / r.PerSecond))))
 }
 
 // edgeAnswered notes a Worker that answered.

@@ -40,6 +40,10 @@ type Claimed struct {
 	BudgetFrom   int // attempts made before the last requeue; the budget counts from here
 	Deferrals    int
 	CreatedAt    time.Time
+	// Due is when it fell due (its next_attempt_at when claimed): a
+	// deferral puts it back there, so it keeps its place among the
+	// subscriber's due deliveries.
+	Due time.Time
 
 	eventSeq int64
 }
@@ -74,12 +78,12 @@ func (l *Ledger) Claim(ctx context.Context, reqs []ClaimRequest) ([]ClaimResult,
 			var seqs []int64
 			err := collectStmt(ctx, w.s.due, []any{r.SubscriberID, ms(r.Now), r.Max}, func(rows *sql.Rows) error {
 				c := Claimed{SubscriberID: r.SubscriberID}
-				var created int64
-				if err := rows.Scan(&c.Seq, &c.eventSeq, &c.Attempts, &c.BudgetFrom, &c.Deferrals, &created,
+				var created, due int64
+				if err := rows.Scan(&c.Seq, &c.eventSeq, &c.Attempts, &c.BudgetFrom, &c.Deferrals, &created, &due,
 					&c.EventID, &c.EventType, &c.Body); err != nil {
 					return err
 				}
-				c.CreatedAt = fromMS(created)
+				c.CreatedAt, c.Due = fromMS(created), fromMS(due)
 				res.Deliveries = append(res.Deliveries, c)
 				seqs = append(seqs, c.Seq)
 				return nil

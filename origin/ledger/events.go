@@ -151,7 +151,7 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent) (EnqueueResult,
 		hand := func(seq int64, sub string, eventSeq int64) {
 			e := events[byEvent[eventSeq]]
 			handoff = append(handoff, Claimed{Seq: seq, SubscriberID: sub, eventSeq: eventSeq,
-				EventID: e.ID, EventType: e.Type, Body: e.Body, CreatedAt: w.now})
+				EventID: e.ID, EventType: e.Type, Body: e.Body, CreatedAt: w.now, Due: w.now})
 		}
 		if n := len(inflight) / insertInflight.perRow; n > 0 && n <= oneByOne {
 			for i := 0; i < len(inflight); i += insertInflight.perRow {

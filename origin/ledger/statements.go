@@ -36,7 +36,7 @@ func (s *statements) prepare(ctx context.Context, c *sql.Conn) error {
 		}
 		return st
 	}
-	s.due = p(`SELECT d.seq, d.event_seq, d.attempts, d.budget_from, d.deferrals, d.created_at, e.id, e.type, e.body
+	s.due = p(`SELECT d.seq, d.event_seq, d.attempts, d.budget_from, d.deferrals, d.created_at, d.next_attempt_at, e.id, e.type, e.body
 		FROM deliveries d JOIN events e ON e.seq = d.event_seq
 		WHERE d.subscriber_id = ?1 AND d.status = 'pending' AND d.next_attempt_at <= ?2
 		ORDER BY d.next_attempt_at LIMIT ?3`)
