@@ -58,6 +58,12 @@ func New(edgeURL, secret string, hc *http.Client, now func() time.Time) (*Client
 			ForceAttemptHTTP2: true,
 		}}
 	}
+	// A signed call to the Worker carries the subscriber's URL, headers and
+	// body: a redirect must not carry them to another host. A 3xx answer is
+	// a lane failure like any other the Worker should not give.
+	noRedirects := *hc
+	noRedirects.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	hc = &noRedirects
 	if now == nil {
 		now = time.Now
 	}

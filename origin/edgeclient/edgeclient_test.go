@@ -3,6 +3,7 @@ package edgeclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -84,5 +85,37 @@ func TestDeliverReadsEachAnswerOfTheWorker(t *testing.T) {
 	}
 	if _, err := New("127.0.0.1:8787", secret, nil, nil); err == nil {
 		t.Fatal("an edge URL without a scheme was accepted")
+	}
+}
+
+// A redirect from the edge URL would carry the signed request (the
+// subscriber's URL, headers and body) to another host: it is a lane
+// failure, and nothing follows it.
+func TestARedirectIsALaneFailureAndNotFollowed(t *testing.T) {
+	t.Parallel()
+	var elsewhere atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		elsewhere.Add(1)
+		w.WriteHeader(http.StatusOK)
+		w.Write([]byte(`{"status":200}`))
+	}))
+	defer other.Close()
+	for _, status := range []int{http.StatusMovedPermanently, http.StatusFound, http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		w := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, other.URL+r.URL.Path, status)
+		}))
+		c, err := New(w.URL, secret, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = c.Deliver(context.Background(), edgewire.DeliverRequest{DeliveryID: "dlv_1", SubscriberID: "s",
+			URL: "https://example.com/hook?token=abc", Body: `{}`, Rate: bucket.Rate{PerSecond: 1, Burst: 1}})
+		w.Close()
+		if !errors.Is(err, ErrLane) || !strings.Contains(err.Error(), fmt.Sprint(status)) {
+			t.Errorf("the Worker answering %d: %v; want a lane failure naming it", status, err)
+		}
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the redirect's target got %d requests, want none", n)
 	}
 }
