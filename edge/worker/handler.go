@@ -73,7 +73,9 @@ func checkSecrets(secrets []string) error {
 		return errors.New("SLUICE_EDGE_SECRET is not set")
 	}
 	for i, s := range secrets {
-		if _, err := signature.DecodeSecret(s); err != nil {
+		// The whsec_ form the origin requires: a secret one half takes and
+		// the other refuses is a misconfiguration found at the first call.
+		if err := signature.CheckSecret(s); err != nil {
 			return fmt.Errorf("SLUICE_EDGE_SECRET, secret %d: %w", i+1, err)
 		}
 	}

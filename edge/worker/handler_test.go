@@ -485,7 +485,11 @@ func TestRefusesRequestsItCannotUse(t *testing.T) {
 
 func TestWithoutAValidSecretNothingPasses(t *testing.T) {
 	t.Parallel()
-	for name, secrets := range map[string][]string{"none": nil, "invalid": {"whsec_short"}} {
+	for name, secrets := range map[string][]string{
+		"none": nil, "invalid": {"whsec_short"},
+		// Valid base64 of 32 bytes, but not in the whsec_ form the origin requires.
+		"without its prefix": {strings.TrimPrefix(edgeSecret, "whsec_")},
+	} {
 		b := setup(t, func(c *Config) { c.Secrets = secrets })
 		status, body := b.deliver(t, b.deliverRequest(t, "dlv_1", "sub_a"))
 		if status != http.StatusInternalServerError || decode[edgewire.Error](t, body).Error.Code != "edge_misconfigured" {
