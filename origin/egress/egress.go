@@ -227,10 +227,10 @@ func public4(a netip.Addr) bool {
 // attempt with a context deadline. When Resolver is a *net.Resolver, dials
 // resolve with it too.
 func (p Policy) Client() *http.Client {
-	dialer := &net.Dialer{
-		Timeout:   5 * time.Second,
-		KeepAlive: 30 * time.Second,
-	}
+	// No dial or handshake timeout of its own: a subscriber's timeout_ms
+	// (up to a minute) bounds the whole attempt, connecting included, and a
+	// fixed one would cut a slow connect short of it.
+	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
 	if r, ok := p.Resolver.(*net.Resolver); ok {
 		dialer.Resolver = r
 	}
@@ -245,7 +245,6 @@ func (p Policy) Client() *http.Client {
 			MaxIdleConns:          1024,
 			MaxIdleConnsPerHost:   256, // many concurrent deliveries to the same few hosts
 			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   5 * time.Second,
 			ExpectContinueTimeout: 1 * time.Second,
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error {

@@ -3,12 +3,15 @@ package egress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -408,5 +411,56 @@ func TestClientSettings(t *testing.T) {
 			tr.IdleConnTimeout != 90*time.Second || tr.TLSHandshakeTimeout != 5*time.Second {
 			t.Errorf("AllowPrivate=%v: transport tuning = %+v", p.AllowPrivate, tr)
 		}
+	}
+}
+
+// A connect that hangs (the endpoint's accept queue is full and it drops
+// SYNs) is bounded by the attempt's deadline alone, however long the
+// subscriber allows: here longer than the 5 s a fixed dial timeout cut it to.
+func TestAHangingConnectLastsTheAttemptsDeadline(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("needs Linux's listen backlog, which drops SYNs once full")
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	// Fill the accept queue: nothing accepts, so dials start to hang.
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		defer c.Close()
+		if i > 64 {
+			t.Fatal("the accept queue never filled")
+		}
+	}
+	const deadline = 5500 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/hook", strings.NewReader("{}"))
+	start := time.Now()
+	resp, err := Policy{AllowPrivate: true}.Client().Do(req)
+	took := time.Since(start)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("the hanging endpoint answered")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || took < deadline-100*time.Millisecond {
+		t.Fatalf("gave up after %v with %v; want the attempt's deadline, %v", took.Round(time.Millisecond), err, deadline)
 	}
 }
