@@ -1150,3 +1150,25 @@ func TestResumeLiftsARetryAfterPause(t *testing.T) {
 		t.Errorf("the ledger keeps the pause until %v (%v): a restart would bring it back", stored.PausedUntil, err)
 	}
 }
+
+// What a client sent comes back as sent: no HTML escaping of an event's
+// body or a subscriber's URL, and an id in a 404 cut short.
+func TestAnswersKeepTheClientsTextAndBoundIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	sub := b.createSubscriber(t, fmt.Sprintf(`{"id":"a","url":%q,"paused":true}`, rcv.url()+"?q=1&r=<2>"))
+	if !strings.HasSuffix(sub.URL, "?q=1&r=<2>") {
+		t.Errorf("url read back as %q", sub.URL)
+	}
+	b.postEvent(t, `{"id":"h1","type":"t.x","html":"<a&b>"}`, http.StatusAccepted)
+	r := b.do(t, "GET", "/v1/events/h1", "", http.StatusOK, nil)
+	if !strings.Contains(string(r.body), `"html":"<a&b>"`) {
+		t.Errorf("GET /v1/events/h1 = %s; want the body's <a&b> unescaped", r.body)
+	}
+	long := strings.Repeat("a", 5000)
+	r = b.do(t, "GET", "/v1/events/"+long, "", http.StatusNotFound, nil)
+	if len(r.body) > 300 || !strings.Contains(string(r.body), "not found") {
+		t.Errorf("404 for a 5000-byte id: %d bytes, %.200s…; want a short not_found", len(r.body), r.body)
+	}
+}

@@ -58,7 +58,7 @@ var badCases = []badCase{
 	{name: "subscriber id twice", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","id":"a","id":"b"}`, status: 400, code: "bad_request", message: `"id" must appear only once`},
 	{name: "subscriber rate field in another case", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","rate":{"Per_Second":5}}`, status: 400, message: `unknown field "Per_Second"`},
 	{name: "subscriber rate burst twice", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","rate":{"burst":5,"burst":50}}`, status: 400, message: `"burst" must appear only once`},
-	{name: "subscriber long unknown field is cut short", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","` + strings.Repeat("k", 500) + `":1}`, status: 400, message: strings.Repeat("k", 64) + "…\""},
+	{name: "subscriber long unknown field is cut short", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","` + strings.Repeat("k", 500) + `":1}`, status: 400, message: strings.Repeat("k", 100) + "…\""},
 	{name: "subscriber body over max-body", method: "POST", path: "/v1/subscribers", config: maxBody1024,
 		body: `{"url":"http://127.0.0.1:9/` + strings.Repeat("a", 1100) + `"}`, status: 413},
 
@@ -98,6 +98,8 @@ var badCases = []badCase{
 
 	// PATCH /v1/subscribers/:id.
 	{name: "patch unknown subscriber", method: "PATCH", path: "/v1/subscribers/ghost", body: `{"paused":true}`, status: 404},
+	{name: "patch unknown subscriber with a bad url", method: "PATCH", path: "/v1/subscribers/ghost", body: `{"url":"ftp://x"}`, status: 404, code: "not_found"},
+	{name: "patch unknown subscriber with bad JSON", method: "PATCH", path: "/v1/subscribers/ghost", body: `{"url":`, status: 404, code: "not_found"},
 	{name: "patch loopback url denied", method: "PATCH", path: "/v1/subscribers/catchall", config: denyPrivate, body: `{"url":"http://127.0.0.1:9/hook"}`, status: 422},
 	{name: "patch per_second 0", method: "PATCH", path: "/v1/subscribers/catchall", body: `{"rate":{"per_second":0}}`, status: 422},
 	{name: "patch id", method: "PATCH", path: "/v1/subscribers/catchall", body: `{"id":"other"}`, status: 400},
@@ -179,6 +181,7 @@ var badCases = []badCase{
 	{name: "recover since twice", method: "POST", path: "/v1/subscribers/catchall/recover", body: `{"since":"2020-01-01T00:00:00Z","since":"2030-01-01T00:00:00Z"}`, status: 400, message: `"since" must appear only once`},
 	{name: "recover since in another case", method: "POST", path: "/v1/subscribers/catchall/recover", body: `{"Since":"2020-01-01T00:00:00Z"}`, status: 400, message: `unknown field "Since"`},
 	{name: "recover empty body", method: "POST", path: "/v1/subscribers/catchall/recover", body: ``, status: 400, code: "invalid_json", message: "the body is empty"},
+	{name: "recover unknown subscriber with a bad since", method: "POST", path: "/v1/subscribers/ghost/recover", body: `{"since":"yesterday"}`, status: 404, code: "not_found"},
 	{name: "recover unknown subscriber", method: "POST", path: "/v1/subscribers/ghost/recover", body: `{"since":"2020-01-01T00:00:00Z"}`, status: 404},
 
 	// Routing and auth.

@@ -62,7 +62,8 @@ func classify(err error) *apiError {
 		}
 		return &apiError{http.StatusUnprocessableEntity, "invalid_url", msg}
 	case errors.Is(err, ledger.ErrNotFound):
-		return &apiError{http.StatusNotFound, "not_found", err.Error()}
+		what := strings.TrimSuffix(err.Error(), ": "+ledger.ErrNotFound.Error())
+		return &apiError{http.StatusNotFound, "not_found", clip(what) + ": " + ledger.ErrNotFound.Error()}
 	case errors.Is(err, ledger.ErrConflict):
 		return &apiError{http.StatusConflict, "conflict", strings.TrimSuffix(err.Error(), ": "+ledger.ErrConflict.Error())}
 	case errors.As(err, &he):
@@ -111,4 +112,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	c.JSON(ae.status, b)
+}
+
+// clip cuts text a client sent (an id in a path, say) short enough to send
+// back in a message: an id that long names nothing anyway.
+func clip(s string) string {
+	const most = 100
+	if len(s) <= most {
+		return s
+	}
+	return strings.ToValidUTF8(s[:most], "") + "…"
 }

@@ -104,10 +104,6 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 // quoteKey names a key in an error, cut short so a client's megabyte of
 // key is not sent back to it.
 func quoteKey(k string) string {
-	const most = 64
-	if len(k) > most {
-		k = strings.ToValidUTF8(k[:most], "") + "…"
-	}
-	b, _ := json.Marshal(k)
+	b, _ := json.Marshal(clip(k))
 	return string(b)
 }

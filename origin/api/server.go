@@ -283,7 +283,12 @@ func jsonKind(k string) string {
 type compactJSON struct{}
 
 func (compactJSON) Serialize(c echo.Context, i any, _ string) error {
-	return json.NewEncoder(c.Response()).Encode(i)
+	// No HTML escaping: an event's body and a subscriber's URL read back
+	// as they were sent ("&", not "\u0026"); these answers are JSON, never
+	// HTML.
+	enc := json.NewEncoder(c.Response())
+	enc.SetEscapeHTML(false)
+	return enc.Encode(i)
 }
 
 func (compactJSON) Deserialize(c echo.Context, i any) error {

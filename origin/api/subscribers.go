@@ -82,7 +82,7 @@ func (s *Server) apply(c echo.Context, in subscriberInput, sub *ledger.Subscribe
 		}
 		for _, t := range types {
 			if !event.ValidPattern(t) {
-				return invalid("event_types: %q is not a type, a prefix pattern like \"video.*\", or \"*\"", t)
+				return invalid("event_types: %q is not a type, a prefix pattern like \"video.*\", or \"*\"", clip(t))
 			}
 		}
 		next.EventTypes = append([]string(nil), types...)
@@ -248,6 +248,11 @@ func (s *Server) patchSubscriber(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// A subscriber that is not there is 404 whatever the body says; the
+	// lookup under the lock below still decides.
+	if _, err := s.Ledger.Subscriber(c.Request().Context(), c.Param("id")); err != nil {
+		return err
+	}
 	var in subscriberInput
 	if err := decodeStrict(body, &in); err != nil {
 		return err
@@ -353,6 +358,9 @@ func (s *Server) recoverSubscriber(c echo.Context) error {
 	body, err := readBody(c, s.MaxBody)
 	if err != nil {
 		return err
+	}
+	if _, err := s.Ledger.Subscriber(c.Request().Context(), c.Param("id")); err != nil {
+		return err // 404 before the body's faults, as PATCH
 	}
 	var in struct {
 		Since *string `json:"since"`
