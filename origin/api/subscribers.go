@@ -199,6 +199,7 @@ func (s *Server) view(sub ledger.Subscriber, snaps map[string]delivery.Subscribe
 	v := subscriberView{Subscriber: sub}
 	if snap, ok := snaps[sub.ID]; ok {
 		v.Breaker, v.PausedUntil = snap.Breaker, millis(snap.PausedUntil)
+		v.Breaker.OpenedAt = millis(v.Breaker.OpenedAt)
 	}
 	if !v.PausedUntil.After(s.Now()) {
 		v.PausedUntil = time.Time{} // a Retry-After pause that has ended

@@ -41,7 +41,7 @@ func (s Settings) cooldown() time.Duration {
 // Breaker is one subscriber's breaker; the zero value is closed.
 type Breaker struct {
 	State    State     `json:"state"`
-	Failures int       `json:"failures"`           // consecutive failures while closed
+	Failures int       `json:"failures"`           // consecutive failures: the run that opened it and failed probes count on
 	OpenedAt time.Time `json:"opened_at,omitzero"` // when it last opened
 }
 
@@ -91,7 +91,8 @@ func (b *Breaker) Record(success bool, now time.Time, s Settings) (changed bool)
 	}
 	switch b.State {
 	case HalfOpen:
-		b.State, b.OpenedAt, b.Failures = Open, now, 0
+		b.State, b.OpenedAt = Open, now
+		b.Failures++
 		return true
 	case Open:
 		// A late failure from an attempt started before the breaker opened
@@ -101,7 +102,7 @@ func (b *Breaker) Record(success bool, now time.Time, s Settings) (changed bool)
 		b.State = Closed
 		b.Failures++
 		if b.Failures >= s.threshold() {
-			b.State, b.OpenedAt, b.Failures = Open, now, 0
+			b.State, b.OpenedAt = Open, now
 		}
 		return true
 	}

@@ -95,3 +95,26 @@ func TestARetryAfterEndsTheCooldown(t *testing.T) {
 		}
 	}
 }
+
+// Failures reads as the run it is: the failures that opened the breaker
+// and the probes that failed after, until a success.
+func TestFailuresCountTheRunThatOpenedIt(t *testing.T) {
+	s := Settings{Threshold: 3, Cooldown: time.Second}
+	var b Breaker
+	for i := range 3 {
+		b.Record(false, t0.Add(time.Duration(i)*time.Millisecond), s)
+	}
+	if b.State != Open || b.Failures != 3 {
+		t.Fatalf("after 3 failures: %+v; want open with 3", b)
+	}
+	b.Limit(t0.Add(2*time.Second), s, time.Time{})
+	b.Record(false, t0.Add(2*time.Second), s)
+	if b.State != Open || b.Failures != 4 {
+		t.Fatalf("after a failed probe: %+v; want open with 4", b)
+	}
+	b.Limit(t0.Add(4*time.Second), s, time.Time{})
+	b.Record(true, t0.Add(4*time.Second), s)
+	if b.State != Closed || b.Failures != 0 {
+		t.Fatalf("after a good probe: %+v; want closed with none", b)
+	}
+}
