@@ -1172,3 +1172,43 @@ func TestAnswersKeepTheClientsTextAndBoundIt(t *testing.T) {
 		t.Errorf("404 for a 5000-byte id: %d bytes, %.200s…; want a short not_found", len(r.body), r.body)
 	}
 }
+
+// A delivery a Retry-After pause holds says when it can go, not the time,
+// already past, at which it fell due.
+func TestAHeldDeliveryShowsWhenItCanGo(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "120")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(busy.Close)
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"p","url":%q}`, busy.URL))
+	b.postEvent(t, `{"id":"a","type":"t.x"}`, http.StatusAccepted)
+	waitFor(t, "the 429 to be recorded", func() (bool, string) {
+		d := b.event(t, "a").Deliveries[0]
+		return d.AttemptCount == 1 && d.Status == "pending", d.Status
+	})
+	b.postEvent(t, `{"id":"b","type":"t.x"}`, http.StatusAccepted)
+	type next struct {
+		ID            string    `json:"id"`
+		NextAttemptAt time.Time `json:"next_attempt_at"`
+	}
+	var ev struct{ Deliveries []next }
+	b.do(t, "GET", "/v1/events/b", "", http.StatusOK, &ev)
+	var one next
+	b.do(t, "GET", "/v1/deliveries/"+ev.Deliveries[0].ID, "", http.StatusOK, &one)
+	var list struct{ Data []next }
+	b.do(t, "GET", "/v1/deliveries?status=pending&subscriber_id=p", "", http.StatusOK, &list)
+	soonest := time.Now().Add(100 * time.Second)
+	for where, at := range map[string]time.Time{"the event": ev.Deliveries[0].NextAttemptAt, "the delivery": one.NextAttemptAt} {
+		if at.Before(soonest) {
+			t.Errorf("%s shows next_attempt_at %v; want the pause's end, about 120 s from now", where, at)
+		}
+	}
+	for _, d := range list.Data {
+		if d.NextAttemptAt.Before(soonest) {
+			t.Errorf("the list shows %s next at %v; want the pause's end", d.ID, d.NextAttemptAt)
+		}
+	}
+}

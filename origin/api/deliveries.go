@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/origin/delivery"
 	"github.com/sluice-dev/sluice/origin/ledger"
 )
 
@@ -33,7 +34,7 @@ func (s *Server) listDeliveries(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := map[string]any{"data": nonNil(ds)}
+	out := map[string]any{"data": s.held(nonNil(ds))}
 	if next > 0 {
 		out["next_cursor"] = ledger.DeliveryID(next)
 	}
@@ -68,10 +69,30 @@ func (s *Server) getDelivery(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	d = s.held([]ledger.Delivery{d})[0]
 	return c.JSON(http.StatusOK, struct {
 		ledger.Delivery
 		Attempts []ledger.Attempt `json:"attempts"`
 	}{d, d.History})
+}
+
+// held moves the next_attempt_at of pending deliveries that a Retry-After
+// pause or an open breaker holds to when they may go, so the API says when
+// the next attempt can really come rather than a time already past.
+func (s *Server) held(ds []ledger.Delivery) []ledger.Delivery {
+	var snap map[string]delivery.SubscriberSnapshot
+	for i := range ds {
+		if ds[i].Status != ledger.StatusPending {
+			continue
+		}
+		if snap == nil {
+			snap = s.Dispatcher.Snapshot()
+		}
+		if until := millis(snap[ds[i].SubscriberID].HeldUntil); until.After(ds[i].NextAttemptAt) {
+			ds[i].NextAttemptAt = until
+		}
+	}
+	return ds
 }
 
 func (s *Server) retryDelivery(c echo.Context) error {

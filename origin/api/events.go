@@ -105,9 +105,7 @@ func (s *Server) getEvent(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if ds == nil {
-		ds = []ledger.Delivery{}
-	}
+	ds = s.held(nonNil(ds))
 	return c.JSON(http.StatusOK, map[string]any{
 		"id": e.ID, "type": e.Type, "created_at": e.CreatedAt, "body": e.Body, "deliveries": ds,
 	})

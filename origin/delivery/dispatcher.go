@@ -939,8 +939,11 @@ type SubscriberSnapshot struct {
 	Paused      bool // by the operator
 	Breaker     breaker.Breaker
 	PausedUntil time.Time
-	Tokens      float64
-	Inflight    int
+	// HeldUntil is when a Retry-After pause or an open breaker lets the
+	// subscriber's deliveries go again (zero when neither holds them).
+	HeldUntil time.Time
+	Tokens    float64 // over the lanes it sends by now
+	Inflight  int
 }
 
 // Snapshot returns every subscriber's sending state, for stats and views.
@@ -952,13 +955,31 @@ func (d *Dispatcher) Snapshot() map[string]SubscriberSnapshot {
 	for id, s := range d.subs {
 		// An open breaker whose cooldown has passed is half-open, whether
 		// or not a delivery has come along to be its probe.
-		d.limitLocked(s, now)
+		limit, until := d.limitLocked(s, now)
+		var held time.Time
+		if s.cfg.PausedUntil.After(now) {
+			held = s.cfg.PausedUntil
+		}
+		if limit == 0 && until.After(held) {
+			held = until
+		}
+		// The tokens it can spend: an edge-only subscriber's origin bucket
+		// is for fallback alone while the Worker is up.
+		var tokens float64
+		edgeUp := d.cfg.Edge != nil && s.usesEdge && !d.edge.downUntil.After(now)
+		if !edgeUp || s.usesOrigin {
+			tokens += bucket.Refill(s.bucket, s.originRate, now).Tokens
+		}
+		if edgeUp {
+			tokens += bucket.Refill(s.edgeBucket, s.edgeRate, now).Tokens
+		}
 		out[id] = SubscriberSnapshot{
 			Rate:        s.cfg.Rate,
 			Paused:      s.cfg.Paused,
 			Breaker:     s.cfg.Breaker,
 			PausedUntil: s.cfg.PausedUntil,
-			Tokens:      bucket.Refill(s.bucket, s.originRate, now).Tokens,
+			HeldUntil:   held,
+			Tokens:      tokens,
 			Inflight:    s.inflight,
 		}
 	}

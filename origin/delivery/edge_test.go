@@ -148,8 +148,15 @@ func TestEdgeTypesGoThroughTheWorkerSignedForTheSubscriber(t *testing.T) {
 	if got := mb.rates["both"]; got.PerSecond != 250 || got.Burst != 25 {
 		t.Fatalf("edge rate %+v, want 250/s burst 25 (edge_share 0.25 of 1000/s burst 100)", got)
 	}
-	if snap := b.d.Snapshot()["both"]; snap.Tokens > 75 {
-		t.Fatalf("origin bucket holds %.1f tokens, above its share of the burst (75)", snap.Tokens)
+	b.d.mu.Lock()
+	s := b.d.subs["both"]
+	origin := bucket.Refill(s.bucket, s.originRate, b.clock.Now()).Tokens
+	b.d.mu.Unlock()
+	if origin > 75 {
+		t.Fatalf("origin bucket holds %.1f tokens, above its share of the burst (75)", origin)
+	}
+	if snap := b.d.Snapshot()["both"]; snap.Tokens > 100 {
+		t.Fatalf("the snapshot shows %.1f tokens over both lanes, above the burst (100)", snap.Tokens)
 	}
 }
 
@@ -632,5 +639,26 @@ func TestMovingASubscriberBetweenLanesKeepsItsRate(t *testing.T) {
 				t.Fatalf("%d arrivals in the %ds from +%v, at most %d at 1/s burst 5 summed over both lanes\n%v", n, w, at[i].Sub(t0), most, at)
 			}
 		}
+	}
+}
+
+// The tokens the stats show are the ones the subscriber can spend: an
+// edge-only subscriber's are its edge bucket's, not the full origin bucket
+// it keeps for when the Worker is down.
+func TestTheSnapshotsTokensAreTheLanesItSendsBy(t *testing.T) {
+	t.Parallel()
+	w, mb := startWorker(t)
+	b := setupOnFakeClock(t, w.URL, mb)
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) {
+		s.EventTypes, s.Rate = []string{"video.view_milestone"}, ledger.Rate{PerSecond: 0.1, Burst: 2}
+	})
+	b.send("m", "video.view_milestone", 3)
+	b.step(500*time.Millisecond, 50*time.Millisecond)
+	if n := rc.count(); n != 2 {
+		t.Fatalf("%d delivered, want the burst of 2", n)
+	}
+	if got := b.d.Snapshot()["s"].Tokens; got >= 1 {
+		t.Errorf("snapshot shows %.2f tokens; the edge burst is spent", got)
 	}
 }
