@@ -99,8 +99,10 @@ func (c *serveConfig) validate() error {
 			errs = append(errs, errors.New("--api-token must be printable text that is not blank"))
 		}
 	}
-	if (c.edgeURL == "") != (c.edgeSecret == "") {
-		errs = append(errs, errors.New("--edge-url and --edge-secret go together"))
+	// A secret alone is common (the shell that runs make edge-dev exports
+	// SLUICE_EDGE_SECRET) and serve warns of it; a URL alone cannot sign.
+	if c.edgeURL != "" && c.edgeSecret == "" {
+		errs = append(errs, errors.New("--edge-url needs --edge-secret (or SLUICE_EDGE_SECRET), the whsec_ secret the Worker checks"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", errors.Join(errs...), errUsage)
@@ -150,7 +152,7 @@ func tuneGC(getenv func(string) string) {
 	}
 }
 
-func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	fs, c := serveFlags(stderr)
 	if err := parse(fs, args, getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -161,6 +163,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := c.validate(); err != nil {
 		return err
 	}
+	// SIGTERM or SIGINT while starting (migrating a large ledger, say) is a
+	// stop like any other: every migration commits or rolls back whole, and
+	// nothing was accepted yet, so it exits 0 as a stop while serving does.
+	serving := false
+	defer func() {
+		if err != nil && !serving && ctx.Err() != nil {
+			fmt.Fprintln(stderr, "sluice: stopped by a signal while starting; nothing was accepted")
+			err = nil
+		}
+	}()
 	log := newLogger(c.logFormat, c.logLevel, stderr)
 	tuneGC(getenv)
 	// The edge lane's settings are checked before the database is touched.
@@ -187,8 +199,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			log.Info("edge lane on", "edge_types", strings.Join(edgeTypes, ","))
 		}
 	}
-	if c.edgeURL == "" && strings.TrimSpace(c.edgeTypes) != "" {
-		log.Warn("--edge-types has no effect without --edge-url and --edge-secret: every event goes by the origin lane")
+	if c.edgeURL == "" && (strings.TrimSpace(c.edgeTypes) != "" || c.edgeSecret != "") {
+		log.Warn("--edge-types and --edge-secret have no effect without --edge-url: every event goes by the origin lane")
 	}
 
 	// Bind before the database is touched, so a busy port leaves nothing
@@ -243,6 +255,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	})
 
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	serving = true
 	fmt.Fprintf(stdout, "sluice %s listening on http://%s\n", version, ln.Addr())
 	log.Info("serving", "addr", ln.Addr().String(), "workers", c.workers, "allow_private_endpoints", c.allowPrivate)
 
