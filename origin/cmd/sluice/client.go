@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 )
 
 // defaultAPIURL is where the client commands look for the API when neither
@@ -81,12 +82,24 @@ func newAPIClient(rawURL, token string) (*apiClient, error) {
 		return nil, fmt.Errorf("--url (or SLUICE_URL) %s is not an http:// or https:// base URL such as %s: %w",
 			shownURL(rawURL), defaultAPIURL, errUsage)
 	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("--url (or SLUICE_URL) %s has no valid port: %w", shownURL(rawURL), errUsage)
+		}
+	}
+	// A token from a file may end in a newline, which is trimmed; one that
+	// holds a control character inside could never be sent, and is a
+	// mistake to fix, not a server to retry.
+	token = strings.TrimSpace(token)
+	if strings.ContainsFunc(token, unicode.IsControl) {
+		return nil, fmt.Errorf("--api-token (or SLUICE_API_TOKEN) holds a control character no HTTP request can carry: %w", errUsage)
+	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = ""
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	return &apiClient{
 		base:  u,
-		token: strings.TrimSpace(token),
+		token: token,
 		http:  &http.Client{Transport: tr, Timeout: requestTimeout},
 	}, nil
 }
@@ -358,11 +371,8 @@ func (f *cmdFlags) parseArgs(args []string, getenv func(string) string, want ...
 	var pos []string
 	rest := args
 	for {
-		if err := f.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%v: %w", err, errUsage)
+		if err := parseFlags(f.FlagSet, rest); err != nil {
+			return nil, err
 		}
 		if f.NArg() == 0 {
 			break
@@ -386,10 +396,10 @@ func (f *cmdFlags) parseArgs(args []string, getenv func(string) string, want ...
 		return nil, fmt.Errorf("%s needs %s (see --help): %w", f.name, strings.Join(want, " "), errUsage)
 	}
 	if len(pos) > len(want) {
-		if stray := pos[len(want)]; f.quiet || strings.HasPrefix(stray, "whsec_") || strings.HasPrefix(stray, tokenPrefix) {
+		if f.quiet {
 			return nil, fmt.Errorf("%s: unexpected argument (not shown: it may be a secret; flags start with --): %w", f.name, errUsage)
 		}
-		return nil, fmt.Errorf("%s: unexpected argument %q: %w", f.name, pos[len(want)], errUsage)
+		return nil, fmt.Errorf("%s: %s: %w", f.name, strayArg(pos[len(want)]), errUsage)
 	}
 	return pos, nil
 }

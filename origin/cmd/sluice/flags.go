@@ -43,14 +43,11 @@ func envName(flagName string) string {
 // parse parses args, then fills every flag not given on the command line
 // from its SLUICE_ environment variable.
 func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%v: %w", err, errUsage)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: %w", fs.Arg(0), errUsage)
+		return fmt.Errorf("%s: %w", strayArg(fs.Arg(0)), errUsage)
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -107,4 +104,40 @@ func (b *byteSize) Set(s string) error {
 	}
 	*b = byteSize(n * mult)
 	return nil
+}
+
+// parseFlags is fs.Parse, with a mistake told in one line that names the
+// flag as the docs spell it, not the whole flag list in front of Go's
+// "-flag" spelling; --help still prints the list (and returns flag.ErrHelp).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return err
+	}
+	return fmt.Errorf("%s (see sluice %s --help): %w", dashes(err.Error()), fs.Name(), errUsage)
+}
+
+// dashes spells the flag package's "-name" as "--name", as sluice's help
+// and docs do.
+func dashes(msg string) string {
+	msg = strings.ReplaceAll(msg, "flag -", "flag --")
+	return strings.ReplaceAll(msg, "defined: -", "defined: --")
+}
+
+// strayArg describes an argument no command takes, without repeating one
+// that looks like a secret or a token: the line may end up in a log.
+func strayArg(arg string) string {
+	if strings.HasPrefix(arg, "whsec_") || strings.HasPrefix(arg, tokenPrefix) {
+		return "unexpected argument (not shown: it may be a secret; flags start with --)"
+	}
+	return fmt.Sprintf("unexpected argument %q", arg)
 }

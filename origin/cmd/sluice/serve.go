@@ -199,8 +199,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			log.Info("edge lane on", "edge_types", strings.Join(edgeTypes, ","))
 		}
 	}
-	if c.edgeURL == "" && (strings.TrimSpace(c.edgeTypes) != "" || c.edgeSecret != "") {
-		log.Warn("--edge-types and --edge-secret have no effect without --edge-url: every event goes by the origin lane")
+	if c.edgeURL == "" {
+		for name, given := range map[string]bool{"--edge-types": strings.TrimSpace(c.edgeTypes) != "", "--edge-secret": c.edgeSecret != ""} {
+			if given {
+				log.Warn(name + " has no effect without --edge-url: every event goes by the origin lane")
+			}
+		}
 	}
 
 	// Bind before the database is touched, so a busy port leaves nothing
@@ -429,6 +433,9 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 			return nil
 		}
 		return err
+	}
+	if strings.TrimSpace(*db) == "" {
+		return fmt.Errorf("--db must name a file: %w", errUsage)
 	}
 	applied, err := ledger.Migrate(ctx, *db, time.Now())
 	if err != nil {
