@@ -148,6 +148,19 @@ type cfClient struct {
 	lastStatus int
 	lastBody   []byte
 	waitAsked  time.Duration // a Retry-After too long to wait out
+	// hide lists what must never be printed (the API token, a secret being
+	// put) even if an answer quotes it back.
+	hide []string
+}
+
+// redact replaces in msg anything the client must not print.
+func (c *cfClient) redact(msg string) string {
+	for _, h := range c.hide {
+		if h != "" {
+			msg = strings.ReplaceAll(msg, h, "[redacted]")
+		}
+	}
+	return msg
 }
 
 // cfMaxWait is the longest Retry-After a command waits out; beyond it, it
@@ -171,7 +184,7 @@ func cfRetryAfter(h http.Header) (time.Duration, bool) {
 const cfMaxAnswer = 8 << 20
 
 func newCFClient(conn cfConn) *cfClient {
-	c := &cfClient{conn: conn, http: &http.Client{
+	c := &cfClient{conn: conn, hide: []string{conn.token}, http: &http.Client{
 		Transport: http.DefaultTransport.(*http.Transport).Clone(),
 		Timeout:   requestTimeout,
 	}}
@@ -248,7 +261,7 @@ func (c *cfClient) fail(ctx context.Context, what, scope string, err error) erro
 		if ce.Message == "" {
 			ce.Message = http.StatusText(apiErr.StatusCode)
 		}
-		ce.Message = truncate(ce.Message, 300)
+		ce.Message = truncate(c.redact(ce.Message), 300)
 		if ce.Status == http.StatusUnauthorized || ce.Status == http.StatusForbidden {
 			ce.hint = "check --cf-api-token or CLOUDFLARE_API_TOKEN and --account-id; the token needs " + scope
 		}
@@ -270,7 +283,7 @@ func (c *cfClient) fail(ctx context.Context, what, scope string, err error) erro
 		}
 		return ce
 	}
-	return fmt.Errorf("cloudflare: %s: the answer is not what this client expects: %s", what, truncate(err.Error(), 200))
+	return fmt.Errorf("cloudflare: %s: the answer is not what this client expects: %s", what, truncate(c.redact(err.Error()), 200))
 }
 
 // succeeded checks the envelope of the last answer: cloudflare-go takes a
@@ -295,7 +308,7 @@ func (c *cfClient) succeeded(what string) error {
 		if len(msgs) == 0 {
 			msgs = append(msgs, "the API says it did not succeed")
 		}
-		return &cfError{Status: c.lastStatus, Message: truncate(strings.Join(msgs, "; "), 300)}
+		return &cfError{Status: c.lastStatus, Message: truncate(c.redact(strings.Join(msgs, "; ")), 300)}
 	}
 	if len(env.Result) == 0 || string(env.Result) == "null" {
 		return fmt.Errorf("cloudflare: %s: the answer is not what this client expects: no result", what)
@@ -337,6 +350,9 @@ func (c *cli) edgePutSecret(ctx context.Context, args []string) error {
 	}
 	cf := newCFClient(conn)
 	defer cf.close()
+	for _, one := range secrets {
+		cf.hide = append(cf.hide, one, strings.TrimPrefix(one, "whsec_"))
+	}
 	var p workers.ScriptSecretUpdateParams
 	p.AccountID.Value, p.AccountID.Present = conn.accountID, true
 	var body workers.ScriptSecretUpdateParamsBodyWorkersBindingKindSecretText

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -568,5 +569,21 @@ func TestEdgePutSecretTakesTwoSecrets(t *testing.T) {
 	var body struct{ Text string }
 	if err := json.Unmarshal([]byte(reqs[0].Body), &body); err != nil || body.Text != edgeTestSecret+" "+second {
 		t.Errorf("the secret put is not the two secrets joined by one space (%v)", err)
+	}
+}
+
+// An answer that quotes back what it was sent (a proxy, a debugging API)
+// does not get the secret or the token printed: runEdge fails the test if
+// either shows.
+func TestEdgeErrorsNeverRepeatTheSecretOrTheToken(t *testing.T) {
+	t.Parallel()
+	echo := fmt.Sprintf(`{"success":false,"errors":[{"code":1,"message":"bad value: {\"text\":\"%s\"} with Bearer %s"}],"messages":[],"result":null}`,
+		edgeTestSecret, edgeTestToken)
+	for _, status := range []int{400, 200} { // an error answer, and a 200 whose envelope says it failed
+		cf := newFakeCloudflare(t, map[string][]cfAnswer{"PUT " + edgeSecretsPath: {{status: status, body: echo}}})
+		r := runEdge(t, cfEnv(), "edge", "put-secret", "--cf-base-url", cf.URL)
+		if r.err == nil || !strings.Contains(r.message(), "[redacted]") {
+			t.Errorf("%d quoting the request: %s; want a failure with the quoted values redacted", status, r)
+		}
 	}
 }
