@@ -187,6 +187,11 @@ func (s *Server) healthz(c echo.Context) error {
 // readBody reads a request body of at most limit bytes (413 beyond).
 func readBody(c echo.Context, limit int64) ([]byte, error) {
 	r := c.Request()
+	// A compressed body would be stored and signed as its compressed
+	// bytes, or refused as "not JSON" with no word of why.
+	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		return nil, fail(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Encoding %s is not accepted: send the body uncompressed", clip(enc))
+	}
 	if r.ContentLength > limit {
 		return nil, fail(http.StatusRequestEntityTooLarge, "too_large", "request body exceeds %d bytes", limit)
 	}

@@ -18,7 +18,9 @@ func DeliveryID(seq int64) string { return "dlv_" + strconv.FormatInt(seq, 10) }
 // ParseDeliveryID returns the sequence number of a public delivery id.
 func ParseDeliveryID(id string) (int64, bool) {
 	n, err := strconv.ParseInt(strings.TrimPrefix(id, "dlv_"), 10, 64)
-	return n, err == nil && n > 0 && strings.HasPrefix(id, "dlv_")
+	// Only the spelling DeliveryID gives: dlv_013 or dlv_+13 would be a
+	// second name for dlv_13.
+	return n, err == nil && n > 0 && id == DeliveryID(n)
 }
 
 // ClaimRequest asks for up to Max deliveries of one subscriber due at Now.
