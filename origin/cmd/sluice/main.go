@@ -50,7 +50,7 @@ func main() {
 	context.AfterFunc(ctx, stop)
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
-		os.Exit(exitStatus(err))
+		os.Exit(exitStatusAfter(err, ctx.Err() != nil))
 	}
 }
 
@@ -86,7 +86,8 @@ Environment (a flag wins over its variable):
   SLUICE_<FLAG>      every flag of serve and migrate, e.g. SLUICE_DB for --db
 
 Client commands print aligned tables; --json prints the API's JSON.
-Exit status: 0 ok, 1 the API refused or failed, 2 usage error, 3 cannot reach the API.
+Exit status: 0 ok, 1 the API refused or failed, 2 usage error, 3 cannot reach the API,
+130 interrupted by a signal before it finished.
 
 Run "sluice COMMAND --help" for a command's flags.
 `

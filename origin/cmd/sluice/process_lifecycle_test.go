@@ -325,3 +325,39 @@ func TestStampedVersionIsReported(t *testing.T) {
 		t.Errorf("sluice version: exit %d, %q %q; want \"sluice %s\"", code, out, errOut, stampedVersion)
 	}
 }
+
+// A client command cut short by Ctrl-C exits 130, as shells report an
+// interrupted command: not 1 (the API refused) nor 3 (unreachable).
+func TestAnInterruptedClientExits130(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c // held open, never answered
+		}
+	}()
+	cmd := exec.Command(sluiceBin, "stats", "--url", "http://"+ln.Addr().String())
+	cmd.Env = childEnv()
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-accepted:
+		defer c.Close()
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("the client never connected")
+	}
+	cmd.Process.Signal(os.Interrupt)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Fatalf("exit %d after Ctrl-C, want 130\n%s", code, errOut.String())
+	}
+}
