@@ -939,8 +939,10 @@ type SubscriberSnapshot struct {
 	Paused      bool // by the operator
 	Breaker     breaker.Breaker
 	PausedUntil time.Time
-	// HeldUntil is when a Retry-After pause or an open breaker lets the
-	// subscriber's deliveries go again (zero when neither holds them).
+	// HeldUntil is the soonest the subscriber's next attempt can go: when a
+	// Retry-After pause or an open breaker lets it, or when its lanes'
+	// buckets have a token (an edge deferral empties the edge one until the
+	// Worker's time); zero when nothing holds it.
 	HeldUntil time.Time
 	Tokens    float64 // over the lanes it sends by now
 	Inflight  int
@@ -966,12 +968,20 @@ func (d *Dispatcher) Snapshot() map[string]SubscriberSnapshot {
 		// The tokens it can spend: an edge-only subscriber's origin bucket
 		// is for fallback alone while the Worker is up.
 		var tokens float64
+		wait := time.Duration(-1)
 		edgeUp := d.cfg.Edge != nil && s.usesEdge && !d.edge.downUntil.After(now)
 		if !edgeUp || s.usesOrigin {
 			tokens += bucket.Refill(s.bucket, s.originRate, now).Tokens
+			wait = bucket.WaitToSend(s.bucket, s.originRate, now)
 		}
 		if edgeUp {
 			tokens += bucket.Refill(s.edgeBucket, s.edgeRate, now).Tokens
+			if w := bucket.Wait(s.edgeBucket, s.edgeRate, now); wait < 0 || w < wait {
+				wait = w
+			}
+		}
+		if t := now.Add(wait); wait > 0 && t.After(held) {
+			held = t
 		}
 		out[id] = SubscriberSnapshot{
 			Rate:        s.cfg.Rate,

@@ -552,6 +552,11 @@ func TestADeferralHoldsTheEdgeLaneOnlyUntilTheWorkersTime(t *testing.T) {
 	emptyWorkerBucket(mb, "s", b.fake.Now()) // its next token comes in 2 s
 	start := b.fake.Now()
 	b.send("m", "video.view_milestone", 1)
+	b.step(100*time.Millisecond, 50*time.Millisecond)
+	// Deferred: the API shows the Worker's time as the soonest it can go.
+	if held := b.d.Snapshot()["s"].HeldUntil.Sub(start); held < 1900*time.Millisecond || held > 2*time.Second {
+		t.Errorf("after the deferral the snapshot holds it until +%v; want the Worker's +2s", held)
+	}
 	b.step(5*time.Second, 50*time.Millisecond)
 	times := rc.times()
 	if len(times) != 1 {
