@@ -35,6 +35,7 @@ type Options struct {
 // Ledger is an open database file owned by this process.
 type Ledger struct {
 	now   func() time.Time
+	path  string // absolute, so Ping finds the file whatever the working folder
 	wdb   *sql.DB
 	wconn *sql.Conn
 	rdb   *sql.DB
@@ -148,7 +149,12 @@ func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{now: o.Now, lock: lock, ops: make(chan op, 1024), quit: make(chan struct{}), done: make(chan struct{}),
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		lock.release()
+		return nil, err
+	}
+	l := &Ledger{now: o.Now, path: abs, lock: lock, ops: make(chan op, 1024), quit: make(chan struct{}), done: make(chan struct{}),
 		checkpointed: make(chan struct{})}
 	fail := func(err error) (*Ledger, error) {
 		l.closeDBs()
@@ -296,6 +302,14 @@ func (l *Ledger) Ping(ctx context.Context) error {
 	}
 	if string(header) != sqliteHeader {
 		return errors.New("the database file no longer starts as a SQLite database")
+	}
+	// A file deleted or replaced under the running process still answers
+	// through the handles held open on it, and takes writes that no
+	// restart will find.
+	atPath, err := os.Stat(l.path)
+	held, herr := l.lock.file.Stat()
+	if err != nil || herr != nil || !os.SameFile(atPath, held) {
+		return errors.New("the database file is no longer at its path (deleted or replaced): what is written now is lost at the next start")
 	}
 	var n int
 	return l.rdb.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n)

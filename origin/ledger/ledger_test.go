@@ -689,3 +689,30 @@ func TestResumeLiftsOnlyThePauseItKnows(t *testing.T) {
 		t.Fatalf("after resuming its pause: paused until %v (%v), want none", s.PausedUntil, err)
 	}
 }
+
+// A database file deleted or replaced under the running ledger still
+// answers through the handles held on it; Ping must not.
+func TestPingFailsWhenTheFileLeavesItsPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for name, move := range map[string]func(path string) error{
+		"deleted": os.Remove,
+		"replaced": func(path string) error {
+			if err := os.Rename(path, path+".old"); err != nil {
+				return err
+			}
+			return os.WriteFile(path, []byte(sqliteHeader), 0o600)
+		},
+	} {
+		l, _, path := open(t)
+		if err := l.Ping(ctx); err != nil {
+			t.Fatalf("%s: Ping before: %v", name, err)
+		}
+		if err := move(path); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Ping(ctx); err == nil || !strings.Contains(err.Error(), "no longer at its path") {
+			t.Errorf("%s: Ping = %v; want the file named gone", name, err)
+		}
+	}
+}
