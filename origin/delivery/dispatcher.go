@@ -858,12 +858,14 @@ func (d *Dispatcher) holdLocked(s *sub, now time.Time) []ledger.Result {
 		return nil
 	}
 	at := now
-	switch limit, until := d.limitLocked(s, now); {
+	switch limit, _ := d.limitLocked(s, now); {
 	case s.cfg.Paused:
 	case s.cfg.PausedUntil.After(now):
 		at = s.cfg.PausedUntil
 	case limit == 0:
-		at = until
+		// An open breaker: back due now, held by the breaker's limit rather
+		// than by a time written into the rows. A success from an attempt
+		// still out when it opened closes it early, and they go then.
 	case s.cfg.Breaker.State == breaker.HalfOpen && len(s.queue) > limit:
 		// Half-open: keep the one probe, release the rest.
 		out := releases(s.queue[limit:], at)

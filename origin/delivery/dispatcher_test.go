@@ -1227,3 +1227,37 @@ func TestAClaimOfARemovedSubscriberIsNotStartedForItsSuccessor(t *testing.T) {
 		t.Fatalf("the new subscriber's delivery is %s, want sent", d.Status)
 	}
 }
+
+// Deliveries claimed when the breaker opens go back due, not at the end of
+// the cooldown: a success from an attempt still out when it opened closes
+// the breaker, and they must go then, not an hour later.
+func TestABreakerClosedByALateSuccessHoldsNothingBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true, func(c *Config) {
+		c.Workers, c.PerSubscriber, c.FastSubscriber, c.Prefetch = 4, 2, 2, 8
+		c.Breaker.Threshold, c.Breaker.Cooldown = 1, time.Hour
+	})
+	release := make(chan struct{})
+	rc := newReceiver(t, b.clock, func(_ *http.Request, n int) (int, http.Header) {
+		switch n {
+		case 2: // out when the breaker opens; answers 200 after
+			<-release
+		case 3:
+			return http.StatusInternalServerError, nil
+		}
+		return http.StatusOK, nil
+	})
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.Rate.PerSecond, s.Rate.Burst = 1000, 1000 })
+	b.send("w", "t", 1) // one fast answer: the subscriber claims ahead from now on
+	b.settle()
+	b.send("e", "t", 6)
+	waitFor(t, 5*time.Second, "the breaker to open", func() bool { return b.d.Snapshot()["s"].Breaker.State == breaker.Open })
+	close(release)
+	waitFor(t, 5*time.Second, "the late success to close it", func() bool { return b.d.Snapshot()["s"].Breaker.State == breaker.Closed })
+	b.step(5*time.Second, 250*time.Millisecond)
+	for i := range 6 {
+		if d := deliveryOf(t, b, fmt.Sprintf("e-%d", i)); d.Status != ledger.StatusSent {
+			t.Errorf("e-%d is %s (next at %v) 5 s after the breaker closed; want sent", i, d.Status, d.NextAttemptAt.Sub(t0))
+		}
+	}
+}
