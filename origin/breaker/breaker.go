@@ -52,18 +52,10 @@ const Unlimited = -1
 // closed, 1 when half-open, 0 while cooling down) and, when it is 0, the time
 // at which that changes. It moves an open breaker whose cooldown has passed to
 // half-open; the caller persists b when changed is true.
-//
-// askedFor is when the subscriber asked to be tried again (Retry-After), or
-// zero. Asked at or after the opening and before the cooldown ends, it ends
-// the cooldown: the subscriber said when it is back, and the cooldown is
-// only a guess. The probe is still one attempt.
-func (b *Breaker) Limit(now time.Time, s Settings, askedFor time.Time) (limit int, until time.Time, changed bool) {
+func (b *Breaker) Limit(now time.Time, s Settings) (limit int, until time.Time, changed bool) {
 	switch b.State {
 	case Open:
 		reopen := b.OpenedAt.Add(s.cooldown())
-		if askedFor.After(b.OpenedAt) && askedFor.Before(reopen) {
-			reopen = askedFor
-		}
 		if now.Before(reopen) {
 			return 0, reopen, false
 		}

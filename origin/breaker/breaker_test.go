@@ -13,18 +13,18 @@ func TestOpensAfterThresholdProbesOnceAndCloses(t *testing.T) {
 	var b Breaker
 	for i := range 2 {
 		b.Record(false, t0, s)
-		if lim, _, _ := b.Limit(t0, s, time.Time{}); lim != Unlimited {
+		if lim, _, _ := b.Limit(t0, s); lim != Unlimited {
 			t.Fatalf("after %d failures limit = %d, want unlimited", i+1, lim)
 		}
 	}
 	if !b.Record(false, t0, s) || b.State != Open {
 		t.Fatalf("third failure left breaker %+v, want open", b)
 	}
-	lim, until, _ := b.Limit(t0.Add(9*time.Second), s, time.Time{})
+	lim, until, _ := b.Limit(t0.Add(9*time.Second), s)
 	if lim != 0 || !until.Equal(t0.Add(10*time.Second)) {
 		t.Fatalf("cooling down: limit %d until %v, want 0 until +10s", lim, until)
 	}
-	lim, _, changed := b.Limit(t0.Add(10*time.Second), s, time.Time{})
+	lim, _, changed := b.Limit(t0.Add(10*time.Second), s)
 	if lim != 1 || !changed || b.State != HalfOpen {
 		t.Fatalf("after cooldown: limit %d changed %v state %s, want one probe", lim, changed, b.State)
 	}
@@ -38,12 +38,12 @@ func TestFailedProbeReopensForAFullCooldown(t *testing.T) {
 	s := Settings{Threshold: 1, Cooldown: time.Minute}
 	var b Breaker
 	b.Record(false, t0, s)
-	b.Limit(t0.Add(time.Minute), s, time.Time{})
+	b.Limit(t0.Add(time.Minute), s)
 	b.Record(false, t0.Add(61*time.Second), s)
 	if b.State != Open || !b.OpenedAt.Equal(t0.Add(61*time.Second)) {
 		t.Fatalf("failed probe left %+v, want open from +61s", b)
 	}
-	if lim, _, _ := b.Limit(t0.Add(2*time.Minute), s, time.Time{}); lim != 0 {
+	if lim, _, _ := b.Limit(t0.Add(2*time.Minute), s); lim != 0 {
 		t.Fatalf("limit %d one second before the new cooldown ends, want 0", lim)
 	}
 }
@@ -65,37 +65,10 @@ func TestSuccessResetsTheRunAndDefaultsApply(t *testing.T) {
 	if b.State != Open {
 		t.Fatalf("5 consecutive failures with default settings left %+v", b)
 	}
-	if lim, until, _ := b.Limit(t0.Add(59*time.Second), Settings{}, time.Time{}); lim != 0 || !until.Equal(t0.Add(time.Minute)) {
+	if lim, until, _ := b.Limit(t0.Add(59*time.Second), Settings{}); lim != 0 || !until.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("default cooldown: limit %d until %v", lim, until)
 	}
 }
-
-// A subscriber that asked, when the breaker opened, to be tried again
-// sooner than the cooldown gets its probe then; a time asked before the
-// opening, or after the cooldown, changes nothing.
-func TestARetryAfterEndsTheCooldown(t *testing.T) {
-	s := Settings{Threshold: 1, Cooldown: time.Minute}
-	for name, tc := range map[string]struct {
-		asked time.Time
-		probe time.Time
-	}{
-		"asked for 2s at the opening": {t0.Add(2 * time.Second), t0.Add(2 * time.Second)},
-		"asked before the opening":    {t0.Add(-time.Second), t0.Add(time.Minute)},
-		"asked beyond the cooldown":   {t0.Add(2 * time.Minute), t0.Add(time.Minute)},
-		"nothing asked":               {time.Time{}, t0.Add(time.Minute)},
-	} {
-		var b Breaker
-		b.Record(false, t0, s)
-		lim, until, _ := b.Limit(tc.probe.Add(-time.Millisecond), s, tc.asked)
-		if lim != 0 || !until.Equal(tc.probe) {
-			t.Errorf("%s: just before the probe, limit %d until %v; want 0 until %v", name, lim, until, tc.probe)
-		}
-		if lim, _, changed := b.Limit(tc.probe, s, tc.asked); lim != 1 || !changed || b.State != HalfOpen {
-			t.Errorf("%s: at the probe, limit %d, state %s; want one half-open probe", name, lim, b.State)
-		}
-	}
-}
-
 // Failures reads as the run it is: the failures that opened the breaker
 // and the probes that failed after, until a success.
 func TestFailuresCountTheRunThatOpenedIt(t *testing.T) {
@@ -107,12 +80,12 @@ func TestFailuresCountTheRunThatOpenedIt(t *testing.T) {
 	if b.State != Open || b.Failures != 3 {
 		t.Fatalf("after 3 failures: %+v; want open with 3", b)
 	}
-	b.Limit(t0.Add(2*time.Second), s, time.Time{})
+	b.Limit(t0.Add(2*time.Second), s)
 	b.Record(false, t0.Add(2*time.Second), s)
 	if b.State != Open || b.Failures != 4 {
 		t.Fatalf("after a failed probe: %+v; want open with 4", b)
 	}
-	b.Limit(t0.Add(4*time.Second), s, time.Time{})
+	b.Limit(t0.Add(4*time.Second), s)
 	b.Record(true, t0.Add(4*time.Second), s)
 	if b.State != Closed || b.Failures != 0 {
 		t.Fatalf("after a good probe: %+v; want closed with none", b)

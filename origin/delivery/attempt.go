@@ -127,8 +127,7 @@ func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, 
 	// breaker neither counts it nor resets for it, or five of them would
 	// turn a Retry-After of 1 s into the breaker's cooldown. A 503 is an
 	// endpoint that is down, whatever it asks: it counts, so an outage
-	// opens the breaker instead of spending every delivery's attempts; the
-	// open breaker still probes at the time it asked (limitLocked).
+	// opens the breaker instead of spending every delivery's attempts.
 	paced := pause > 0 && a.StatusCode == http.StatusTooManyRequests
 	if !paced && s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
 		d.persistState(s)

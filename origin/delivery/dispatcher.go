@@ -703,7 +703,7 @@ func (d *Dispatcher) Unadmit(reserved map[string]int) {
 // limitLocked is how many attempts a subscriber may have in flight at now,
 // and when that changes if it is zero.
 func (d *Dispatcher) limitLocked(s *sub, now time.Time) (int, time.Time) {
-	limit, until, changed := s.cfg.Breaker.Limit(now, d.cfg.Breaker, s.cfg.PausedUntil)
+	limit, until, changed := s.cfg.Breaker.Limit(now, d.cfg.Breaker)
 	if changed {
 		d.persistState(s)
 	}
