@@ -69,6 +69,7 @@ func TestSuccessResetsTheRunAndDefaultsApply(t *testing.T) {
 		t.Fatalf("default cooldown: limit %d until %v", lim, until)
 	}
 }
+
 // Failures reads as the run it is: the failures that opened the breaker
 // and the probes that failed after, until a success.
 func TestFailuresCountTheRunThatOpenedIt(t *testing.T) {
