@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-dev/sluice/origin/delivery"
+	"github.com/sluice-dev/sluice/origin/egress"
 	"github.com/sluice-dev/sluice/origin/ledger"
 	"github.com/sluice-dev/sluice/shared/event"
 	"github.com/sluice-dev/sluice/shared/signature"
@@ -25,7 +26,7 @@ const (
 	defaultTimeoutMS   = 5000
 	maxAttemptsLimit   = 100
 	minTimeoutMS       = 100
-	maxTimeoutMS       = 60_000
+	maxTimeoutMS       = int(egress.ConnectTimeout / time.Millisecond) // no attempt outlasts a dial's bound
 	maxPerSecond       = 1_000_000
 	maxEventTypes      = 100
 	rotationGrace      = 24 * time.Hour

@@ -217,6 +217,10 @@ func public4(a netip.Addr) bool {
 	return true
 }
 
+// ConnectTimeout bounds a dial and a TLS handshake: the longest attempt a
+// subscriber may ask for (timeout_ms up to 60 s).
+const ConnectTimeout = 60 * time.Second
+
 // Client returns the HTTP client deliveries use. It never follows redirects
 // (the caller sees the 3xx: following one would let a subscriber point the
 // origin anywhere after CheckURL), ignores proxy environment variables (a
@@ -227,10 +231,13 @@ func public4(a netip.Addr) bool {
 // attempt with a context deadline. When Resolver is a *net.Resolver, dials
 // resolve with it too.
 func (p Policy) Client() *http.Client {
-	// No dial or handshake timeout of its own: a subscriber's timeout_ms
-	// (up to a minute) bounds the whole attempt, connecting included, and a
-	// fixed one would cut a slow connect short of it.
-	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
+	// The attempt's deadline (a subscriber's timeout_ms, up to a minute)
+	// ends the attempt, connecting included. The transport finishes a dial
+	// it started even after the request gave up (to pool the connection),
+	// so the dial and the handshake still need bounds of their own, or an
+	// endpoint that accepts and never answers keeps a socket and a
+	// goroutine for good: the longest attempt, so none is cut short.
+	dialer := &net.Dialer{Timeout: ConnectTimeout, KeepAlive: 30 * time.Second}
 	if r, ok := p.Resolver.(*net.Resolver); ok {
 		dialer.Resolver = r
 	}
@@ -245,6 +252,7 @@ func (p Policy) Client() *http.Client {
 			MaxIdleConns:          1024,
 			MaxIdleConnsPerHost:   256, // many concurrent deliveries to the same few hosts
 			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   ConnectTimeout,
 			ExpectContinueTimeout: 1 * time.Second,
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error {

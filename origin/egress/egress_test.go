@@ -408,7 +408,7 @@ func TestClientSettings(t *testing.T) {
 			t.Errorf("AllowPrivate=%v: Proxy is set; proxy environment variables would bypass the dial check", p.AllowPrivate)
 		}
 		if !tr.ForceAttemptHTTP2 || tr.MaxIdleConns != 1024 || tr.MaxIdleConnsPerHost != 256 ||
-			tr.IdleConnTimeout != 90*time.Second || tr.TLSHandshakeTimeout != 0 { // the attempt's deadline bounds the handshake
+			tr.IdleConnTimeout != 90*time.Second || tr.TLSHandshakeTimeout != ConnectTimeout {
 			t.Errorf("AllowPrivate=%v: transport tuning = %+v", p.AllowPrivate, tr)
 		}
 	}
