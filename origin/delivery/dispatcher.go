@@ -318,8 +318,15 @@ func (d *Dispatcher) upsertLocked(s ledger.Subscriber, now time.Time) {
 	st.signer = nil
 	wasEdge, wasOrigin, oldOrigin, oldEdge := st.usesEdge, st.usesOrigin, st.originRate, st.edgeRate
 	d.lanes(st)
+	edgeDown := d.edge.downUntil.After(now)
 	if !ok {
 		st.bucket, st.edgeBucket = bucket.Full(st.originRate, now), bucket.Full(st.edgeRate, now)
+		if st.usesEdge && edgeDown {
+			// Its edge deliveries go by the origin lane until the Worker is
+			// back, from the origin bucket: the edge one starts then, empty,
+			// as the outage left every other subscriber's.
+			st.edgeBucket = bucket.Empty(d.edge.downUntil)
+		}
 		return
 	}
 	// A lane the subscriber starts to use starts from what it has spent,
@@ -333,10 +340,12 @@ func (d *Dispatcher) upsertLocked(s ledger.Subscriber, now time.Time) {
 	case st.usesEdge && !wasEdge:
 		st.edgeBucket = bucket.Empty(now)
 	}
-	if st.usesEdge && !wasEdge && d.edge.downUntil.After(now) {
+	if st.usesEdge && !wasEdge && edgeDown {
 		st.edgeBucket = bucket.Empty(d.edge.downUntil) // as the outage left the others
 	}
 	switch {
+	case st.usesOrigin && !wasOrigin && edgeDown:
+		// The origin bucket has been the live one through the outage.
 	case st.usesOrigin && !wasOrigin && !st.usesEdge:
 		st.bucket = bucket.Refill(st.edgeBucket, oldEdge, now)
 	case st.usesOrigin && !wasOrigin:
