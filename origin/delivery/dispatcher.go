@@ -1010,10 +1010,16 @@ func (d *Dispatcher) Snapshot() map[string]SubscriberSnapshot {
 // Quiet reports whether the dispatcher is waiting with nothing in progress:
 // no attempt running or unrecorded and no wake-up pending. Only time passing
 // or a change (an event, a subscriber update) will make it act again.
+// Claimed deliveries still queued count as quiet: the loop, waiting, has
+// found that none of them can start before a lane's token comes.
 func (d *Dispatcher) Quiet() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.waiting && !d.poked.Load() && d.unsettled.Load() == 0
+	queued := 0
+	for _, s := range d.subs {
+		queued += len(s.queue)
+	}
+	return d.waiting && !d.poked.Load() && d.unsettled.Load() == int64(queued)
 }
 
 // Idle returns a channel closed the next time the loop has nothing to start
