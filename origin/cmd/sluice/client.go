@@ -28,12 +28,16 @@ const requestTimeout = 30 * time.Second
 // exitStatus is the process exit status for err: 2 for a usage error, 3 when
 // the API could not be reached, 1 for anything else (the API said no, or a
 // server error). Scripts rely on these numbers.
-// exitStatusAfter is exitStatus for a command a signal (Ctrl-C, SIGTERM)
-// cut short: 130, as shells report an interrupted command, not a refusal
-// by the API or a server that cannot be reached.
-func exitStatusAfter(err error, signalled bool) int {
-	if signalled {
-		return 130
+// exitStatusAfter is exitStatus, but for a command a signal (Ctrl-C,
+// SIGTERM) cut short 128 + its number, as shells report it, not a refusal
+// by the API or a server that cannot be reached. cause is the run's
+// context's; an error that is not the cancellation keeps its own status.
+func exitStatusAfter(err, cause error) int {
+	var s signalled
+	if errors.As(cause, &s) && errors.Is(err, context.Canceled) {
+		if n, ok := s.sig.(syscall.Signal); ok {
+			return 128 + int(n)
+		}
 	}
 	return exitStatus(err)
 }

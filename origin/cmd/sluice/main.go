@@ -43,16 +43,26 @@ func builtVersion(stamped string, read func() (*debug.BuildInfo, bool)) string {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// The first signal starts a graceful stop; restoring the default
-	// handling lets a second one end the process at once.
-	context.AfterFunc(ctx, stop)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		// The first signal starts a graceful stop; restoring the default
+		// handling lets a second one end the process at once.
+		signal.Stop(sigs)
+		cancel(signalled{sig})
+	}()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
-		os.Exit(exitStatusAfter(err, ctx.Err() != nil))
+		os.Exit(exitStatusAfter(err, context.Cause(ctx)))
 	}
 }
+
+// signalled is the cause of a stop a signal asked for.
+type signalled struct{ sig os.Signal }
+
+func (s signalled) Error() string { return "stopped by " + s.sig.String() }
 
 const usage = `sluice delivers webhooks without exceeding any subscriber's rate,
 losing an event, or letting one subscriber starve the others.
@@ -87,7 +97,7 @@ Environment (a flag wins over its variable):
 
 Client commands print aligned tables; --json prints the API's JSON.
 Exit status: 0 ok, 1 the API refused or failed, 2 usage error, 3 cannot reach the API,
-130 interrupted by a signal before it finished.
+128 + the signal's number when SIGINT (130) or SIGTERM (143) cut it short.
 
 Run "sluice COMMAND --help" for a command's flags.
 `

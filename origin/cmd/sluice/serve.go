@@ -168,7 +168,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// nothing was accepted yet, so it exits 0 as a stop while serving does.
 	serving := false
 	defer func() {
-		if err != nil && !serving && ctx.Err() != nil {
+		if err != nil && !serving && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			fmt.Fprintln(stderr, "sluice: stopped by a signal while starting; nothing was accepted")
 			err = nil
 		}

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -52,5 +55,47 @@ func TestAnEdgeSecretWithoutAURLIsOnlyAWarning(t *testing.T) {
 		func(string) string { return "" }, &out, &errOut)
 	if exitStatus(err) != 2 || !strings.Contains(err.Error(), "--edge-url needs --edge-secret") {
 		t.Errorf("serve with --edge-url alone: %v; want a usage error naming the secret", err)
+	}
+}
+
+// Only the stop itself exits 0: a start that failed for its own reason
+// (here a busy port) fails, signal or not.
+func TestASignalDoesNotHideAFailedStart(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errOut bytes.Buffer
+	err = run(ctx, []string{"serve", "--db", filepath.Join(t.TempDir(), "s.db"), "--addr", busy.Addr().String(), "--api-token", "t"},
+		func(string) string { return "" }, &out, &errOut)
+	if err == nil || exitStatus(err) == 0 {
+		t.Fatalf("serve on a busy port with a signal in: %v; want the failure", err)
+	}
+}
+
+// The exit status of a command a signal cut short is the shell's 128 + the
+// signal; any other failure keeps its own, signal or not.
+func TestExitStatusAfterASignal(t *testing.T) {
+	t.Parallel()
+	cut := fmt.Errorf("GET /v1/stats: interrupted: %w", context.Canceled)
+	refused := &apiError{Status: 401, Code: "unauthorized", Message: "no"}
+	for _, tc := range []struct {
+		err   error
+		cause error
+		want  int
+	}{
+		{cut, signalled{syscall.SIGINT}, 130},
+		{cut, signalled{syscall.SIGTERM}, 143},
+		{refused, signalled{syscall.SIGINT}, 1},
+		{cut, nil, 1},
+		{fmt.Errorf("x: %w", errUsage), signalled{syscall.SIGTERM}, 2},
+	} {
+		if got := exitStatusAfter(tc.err, tc.cause); got != tc.want {
+			t.Errorf("exitStatusAfter(%v, %v) = %d, want %d", tc.err, tc.cause, got, tc.want)
+		}
 	}
 }
