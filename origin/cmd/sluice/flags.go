@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -58,7 +59,7 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 		}
 		if v := getenv(envName(f.Name)); v != "" {
 			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
+				errs = append(errs, errors.New(maskSecrets(fmt.Sprintf("%s=%q: %v", envName(f.Name), v, err))))
 			}
 		}
 	})
@@ -123,14 +124,25 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		usage()
 		return err
 	}
-	return fmt.Errorf("%s (see sluice %s --help): %w", dashes(err.Error()), fs.Name(), errUsage)
+	return fmt.Errorf("%s (see sluice %s --help): %w", maskSecrets(dashes(err.Error())), fs.Name(), errUsage)
+}
+
+// quotedSecret is a quoted value that looks like a secret or a token.
+var quotedSecret = regexp.MustCompile(`"(whsec_|` + tokenPrefix + `)[^"]*"`)
+
+// maskSecrets hides a value given to the wrong flag that looks like a
+// secret or a token: the flag package quotes it in its error.
+func maskSecrets(msg string) string {
+	return quotedSecret.ReplaceAllString(msg, "(a value not shown: it may be a secret)")
 }
 
 // dashes spells the flag package's "-name" as "--name", as sluice's help
 // and docs do.
 func dashes(msg string) string {
-	msg = strings.ReplaceAll(msg, "flag -", "flag --")
-	return strings.ReplaceAll(msg, "defined: -", "defined: --")
+	for _, before := range []string{"flag ", "defined: ", "argument: ", "for "} {
+		msg = strings.ReplaceAll(msg, before+"-", before+"--")
+	}
+	return msg
 }
 
 // strayArg describes an argument no command takes, without repeating one

@@ -21,6 +21,9 @@ func TestMistakesAreOneLineUsageErrors(t *testing.T) {
 		{"a stray secret to serve", nil, []string{"serve", "--edge-url", "http://127.0.0.1:9", secret}, "not shown: it may be a secret"},
 		{"a stray token to migrate", nil, []string{"migrate", "sk_0123456789abcdef"}, "not shown: it may be a secret"},
 		{"an empty --db", nil, []string{"migrate", "--db", ""}, "--db must name a file"},
+		{"a secret given to the wrong flag", nil, []string{"edge", "put-secret", "--cf-retries", secret}, "flag --cf-retries"},
+		{"a token in a bad environment value", map[string]string{"SLUICE_WORKERS": "sk_0123456789abcdef"}, []string{"serve"}, "SLUICE_WORKERS="},
+		{"a flag without its value", nil, []string{"migrate", "--db"}, "flag needs an argument: --db"},
 		{"a token with a newline inside", map[string]string{"SLUICE_API_TOKEN": "sk_abc\ndef"}, []string{"stats"}, "control character"},
 		{"a port out of range", nil, []string{"stats", "--url", "http://127.0.0.1:99999"}, "no valid port"},
 	}
