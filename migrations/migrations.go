@@ -60,7 +60,7 @@ func Apply(ctx context.Context, db *sql.DB, now time.Time) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkOwner(ctx, db); err != nil {
+	if err := CheckOwner(ctx, db); err != nil {
 		return nil, err
 	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -102,26 +102,42 @@ func Apply(ctx context.Context, db *sql.DB, now time.Time) ([]string, error) {
 	return applied, nil
 }
 
-// checkOwner refuses a database that holds tables but no record of
-// migrations: another program's file, where the first migration would fail
-// halfway through someone else's schema.
-func checkOwner(ctx context.Context, db *sql.DB) error {
-	var ours int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&ours); err != nil {
+// CheckOwner refuses a database sluice did not make: one that holds tables
+// but no schema_migrations of sluice's shape (golang-migrate, Rails and
+// dbmate name their table the same), where the first migration would fail
+// halfway through someone else's schema. It only reads.
+func CheckOwner(ctx context.Context, db *sql.DB) error {
+	cols := map[string]bool{}
+	rows, err := db.QueryContext(ctx, `SELECT name FROM pragma_table_info('schema_migrations')`)
+	if err != nil {
 		return fmt.Errorf("read the schema: %w", err)
 	}
-	if ours > 0 {
-		return nil
+	defer rows.Close()
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return fmt.Errorf("read the schema: %w", err)
+		}
+		cols[c] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the schema: %w", err)
+	}
+	if len(cols) > 0 {
+		if cols["version"] && cols["name"] && cols["applied_at"] {
+			return nil
+		}
+		return fmt.Errorf("%w: its schema_migrations is another tool's; choose another --db", ErrForeign)
 	}
 	var other string
-	err := db.QueryRowContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name LIMIT 1`).Scan(&other)
+	err = db.QueryRowContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name LIMIT 1`).Scan(&other)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil
 	case err != nil:
 		return fmt.Errorf("read the schema: %w", err)
 	}
-	return fmt.Errorf("%w: it holds tables (%q among them) but no schema_migrations; choose another --db", ErrForeign, other)
+	return fmt.Errorf("%w: it holds tables (%q among them) but no schema_migrations; choose another --db", ErrForeign, printable(other))
 }
 
 // checkKnown refuses a database that records a migration this binary does

@@ -84,18 +84,25 @@ func TestApplyRefusesAMigrationItDoesNotKnow(t *testing.T) {
 	}
 }
 
-// Another program's SQLite file is refused before sluice writes to it.
+// Another program's SQLite file is refused before sluice writes to it,
+// including one whose migrations table has the same name as sluice's.
 func TestApplyLeavesAForeignDatabaseAlone(t *testing.T) {
 	ctx := context.Background()
-	db := open(t)
-	if _, err := db.Exec(`CREATE TABLE subscribers (x INTEGER)`); err != nil {
-		t.Fatal(err)
-	}
-	_, err := migrations.Apply(ctx, db, time.Unix(0, 0))
-	if !errors.Is(err, migrations.ErrForeign) || !strings.Contains(err.Error(), `"subscribers"`) {
-		t.Fatalf("Apply = %v; want ErrForeign naming the table", err)
-	}
-	if got := tables(t, db); got != "subscribers" {
-		t.Errorf("tables after the refusal: %s; want subscribers alone", got)
+	for schema, want := range map[string]string{
+		`CREATE TABLE subscribers (x INTEGER)`:                                       `"subscribers"`,
+		`CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, dirty BOOLEAN)`: "another tool's",
+	} {
+		db := open(t)
+		if _, err := db.Exec(schema); err != nil {
+			t.Fatal(err)
+		}
+		before := tables(t, db)
+		_, err := migrations.Apply(ctx, db, time.Unix(0, 0))
+		if !errors.Is(err, migrations.ErrForeign) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Apply over %s = %v; want ErrForeign saying %s", schema, err, want)
+		}
+		if got := tables(t, db); got != before {
+			t.Errorf("tables after the refusal: %s; want %s alone", got, before)
+		}
 	}
 }

@@ -218,6 +218,10 @@ func lockDatabase(path string) (*dbLock, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := refuseForeign(path); err != nil {
+		lock.release()
+		return nil, err
+	}
 	// The file holds every subscriber's secret: only its owner may read it,
 	// including a file an older sluice made 0644. SQLite gives new -wal and
 	// -shm files the database's mode; existing ones are set here. A file
@@ -227,6 +231,25 @@ func lockDatabase(path string) (*dbLock, error) {
 		os.Chmod(side, 0o600)
 	}
 	return lock, nil
+}
+
+// refuseForeign refuses another program's SQLite database before anything
+// changes it (its mode, its journal mode, a table), reading it through a
+// read-only connection. A check that cannot run says nothing: migrating
+// checks again.
+func refuseForeign(path string) error {
+	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		return nil // new: nothing to refuse
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		return nil
+	}
+	defer db.Close()
+	if err := migrations.CheckOwner(context.Background(), db); errors.Is(err, migrations.ErrForeign) {
+		return err
+	}
+	return nil
 }
 
 // Migrate applies pending migrations to the database at path and returns

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/migrations"
 	"github.com/sluice-dev/sluice/shared/fakeclock"
 )
 
@@ -714,5 +715,40 @@ func TestPingFailsWhenTheFileLeavesItsPath(t *testing.T) {
 		if err := l.Ping(ctx); err == nil || !strings.Contains(err.Error(), "no longer at its path") {
 			t.Errorf("%s: Ping = %v; want the file named gone", name, err)
 		}
+	}
+}
+
+// Another program's SQLite database is refused before anything changes
+// it: its mode, its journal mode and its tables stay as they were.
+func TestOpenLeavesAForeignDatabaseAsItWas(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "theirs.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, dirty BOOLEAN)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(context.Background(), path, Options{}); !errors.Is(err, migrations.ErrForeign) {
+		t.Fatalf("Open = %v; want ErrForeign", err)
+	}
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o644 || !bytes.Equal(before, after) {
+		t.Errorf("the refused file changed: mode %v, content the same %v", st.Mode().Perm(), bytes.Equal(before, after))
+	}
+	if _, err := os.Stat(path + "-wal"); err == nil {
+		t.Error("the refused file was put in WAL mode")
 	}
 }
