@@ -32,13 +32,14 @@ func (c *commonFlags) register(fs interface {
 		fs.StringVar(&c.o.Sluice, "sluice", "", "the sluice binary (default: go build ./origin/cmd/sluice into a temp folder)")
 		fs.IntVar(&c.workers, "workers", 0, "sluice serve --workers (0: sluice's default)")
 		fs.StringVar(&c.sluiceLog, "sluice-log", "", "write sluice's own log (its stderr) to this file")
+		// The live view reads sluice's stats; naive has none to show.
+		fs.BoolVar(&c.live, "live", false, "show per-subscriber progress every second")
 	}
 	fs.IntVar(&c.o.Events, "events", events, "events in the burst")
 	fs.DurationVar(&c.o.Timeout, "timeout", timeout, "how long to wait for deliveries (bounded run)")
 	fs.StringVar(&c.jsonOut, "json", "", "also write the result as JSON to this file")
 	fs.Uint64Var(&c.o.Seed, "seed", 1, "seed of the partners' faults")
 	fs.DurationVar(&c.o.Jitter, "jitter", 50*time.Millisecond, "arrival-time spread the rate check allows for")
-	fs.BoolVar(&c.live, "live", false, "show per-subscriber progress every second")
 	fs.BoolVar(&c.verbose, "v", false, "log the harness's steps to stderr")
 }
 

@@ -51,6 +51,14 @@ func main() {
 	}
 }
 
+const scenarioUsage = `Usage: go run ./loadtest scenario canal|chaos [flags]
+
+  canal   the seed's burst (12,000 video.trending events) through a real sluice
+  chaos   kill -9 restarts of sluice and partner outages under load
+
+Run "loadtest scenario canal --help" or "loadtest scenario chaos --help" for the flags.
+`
+
 const usage = `Usage: go run ./loadtest <command> [flags]
 
 sluice's load and chaos harness. Loopback only; every run is bounded.
@@ -82,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runPartner(ctx, args[1:], stdout, stderr)
 	case "scenario":
 		if len(args) < 2 {
-			fmt.Fprint(stderr, usage)
+			fmt.Fprint(stderr, scenarioUsage)
 			return fmt.Errorf("scenario needs a name (canal or chaos): %w", errUsage)
 		}
 		switch args[1] {
@@ -91,8 +99,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case "chaos":
 			return runChaos(ctx, args[2:], stdout, stderr)
 		case "-h", "--help", "help":
-			fmt.Fprint(stdout, usage)
-			return nil
+			fmt.Fprint(stdout, scenarioUsage)
+			return flag.ErrHelp
 		}
 		return fmt.Errorf("unknown scenario %q (canal or chaos): %w", args[1], errUsage)
 	case "naive":

@@ -27,6 +27,7 @@ func TestRunUsage(t *testing.T) {
 		{"flood", "--url", "http://127.0.0.1:9/v1/deliver", "--to", "http://127.0.0.1:9/hook"}, // no --secret
 		{"flood", "--url", "http://127.0.0.1:9/v1/deliver", "--to", "http://192.0.2.1/hook", "--secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
 		{"naive", "--sluice", "bin/sluice"}, // naive runs no sluice
+		{"naive", "--live"},                 // nor the live view of its stats
 		{"scenario", "canal", "--edge", "--naive"},
 		{"scenario", "canal", "--events", "0"},
 		{"partner", "--behaviour", "grumpy"},
@@ -59,7 +60,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"flood", "--help"}, {"partner", "--help"}, {"scenario", "canal", "--help"},
-		{"scenario", "chaos", "--help"}, {"naive", "--help"}, {"relay", "--help"},
+		{"scenario", "chaos", "--help"}, {"naive", "--help"}, {"relay", "--help"}, {"scenario", "--help"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), args, &out, &errOut)

@@ -114,6 +114,7 @@ type Partner struct {
 	retryUntil  time.Time // the end of the last Retry-After given
 	hammered    int       // requests received before retryUntil
 	bannedUntil time.Time
+	bans        int // bans it handed out, over and gone included
 	mode        Mode
 	arrivals    []time.Time // every request; appended in lock order, so nearly sorted
 	accepts     map[string]int
@@ -304,6 +305,7 @@ func (p *Partner) decideLocked(at time.Time, h http.Header, body []byte, readErr
 			p.hammered++
 			if p.cfg.BanAfter > 0 && p.hammered >= p.cfg.BanAfter {
 				p.bannedUntil = at.Add(p.cfg.BanFor)
+				p.bans++
 				p.problemLocked("banned the client at %s for %s: %d requests while told to wait",
 					at.Format("15:04:05.000"), p.cfg.BanFor, p.hammered)
 				p.counts.Sent403++
@@ -471,7 +473,7 @@ type Report struct {
 	WindowStart time.Time     `json:"window_start"`
 	Limit       int           `json:"limit_1s"`
 	Violation   bool          `json:"rate_exceeded"`
-	Banned      bool          `json:"banned"`
+	Banned      bool          `json:"banned"` // at any time in the run, a ban over by the report included
 	P50         report.Millis `json:"p50_ms"` // sent_at in the body → first accept
 	P99         report.Millis `json:"p99_ms"`
 	// LastAccept is when the last of the expected ids that arrived (all
@@ -508,7 +510,7 @@ func (p *Partner) Report(expected []string) Report {
 	lat := slices.Clone(p.latency)
 	r := Report{
 		Name: p.cfg.Name, Advertised: p.cfg.Advertised, Counts: p.counts,
-		Banned: p.now().Before(p.bannedUntil), Problems: slices.Clone(p.problems),
+		Banned: p.bans > 0, Problems: slices.Clone(p.problems),
 		First429: p.first429,
 	}
 	p.mu.Unlock()

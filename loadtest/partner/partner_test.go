@@ -111,6 +111,11 @@ func TestLimitedPartnerBansAClientThatIgnoresRetryAfter(t *testing.T) {
 	if !r.Banned || r.Sent429 != 5 || r.Sent403 != 4 || r.Delivered != 22 {
 		t.Errorf("report: banned %v, 429s %d, 403s %d, delivered %d; want true, 5, 4, 22", r.Banned, r.Sent429, r.Sent403, r.Delivered)
 	}
+	// A ban over by the time of the report still counts: the run met one.
+	clk.Advance(time.Hour)
+	if r := p.Report(nil); !r.Banned {
+		t.Error("report after the ban ran out: banned false; want true")
+	}
 	if r.MaxWindow != 30 || r.Violation {
 		t.Errorf("window %d (violation %v); want 30 requests in 300 ms, within 20 + 10", r.MaxWindow, r.Violation)
 	}

@@ -194,6 +194,15 @@ func TestRowFailedAndTable(t *testing.T) {
 	if why := ok.Failed(); why != "" {
 		t.Errorf("ok.Failed() = %q, want \"\"", why)
 	}
+	// Owed deliveries fail only a subscriber that must drain.
+	stalled := Row{Subscriber: "crm", Tally: Tally{Expected: 100, Delivered: 14, Pending: 80, Inflight: 6}, MustDrain: true}
+	if why, want := stalled.Failed(), "86 still pending or in flight at the deadline"; why != want {
+		t.Errorf("stalled.Failed() = %q, want %q", why, want)
+	}
+	stalled.MustDrain = false
+	if why := stalled.Failed(); why != "" {
+		t.Errorf("a slow subscriber's progress failed the run: %q", why)
+	}
 	if why, want := bad.Failed(), "2 lost, 31 requests in one second, limit 30, 1 bad signatures, banned by the partner for ignoring its Retry-After"; why != want {
 		t.Errorf("bad.Failed() = %q, want %q", why, want)
 	}

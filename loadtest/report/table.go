@@ -50,8 +50,13 @@ type Row struct {
 	P99           Millis `json:"p99_ms"`
 	// Drain is from the burst's first byte to the last owed event's
 	// settling (delivered, or dead); set only when everything settled.
-	Drain       Millis   `json:"drain_ms"`
-	Drained     bool     `json:"drained"`
+	Drain   Millis `json:"drain_ms"`
+	Drained bool   `json:"drained"`
+	// MustDrain marks a subscriber fast enough to drain within the run: one
+	// still owed deliveries at the deadline fails it, since a stalled
+	// sender (claims never reclaimed after a kill, a subscriber it stopped
+	// serving) loses nothing it still lists as pending.
+	MustDrain   bool     `json:"must_drain"`
 	DeadLetters int      `json:"dead_letters"` // from /v1/stats
 	Notes       []string `json:"notes,omitempty"`
 }
@@ -69,6 +74,9 @@ func (r Row) Failed() string {
 	}
 	if r.BadSignatures > 0 {
 		why = append(why, fmt.Sprintf("%d bad signatures", r.BadSignatures))
+	}
+	if owed := r.Pending + r.Inflight; r.MustDrain && owed > 0 {
+		why = append(why, fmt.Sprintf("%d still pending or in flight at the deadline", owed))
 	}
 	if r.Banned {
 		// The seed incident itself: a sender the partner had to ban.

@@ -47,7 +47,7 @@ func (r *Result) Write(w io.Writer) error {
 	if r.Fire > 0 {
 		title += fmt.Sprintf(", burst posted in %s", report.Short(time.Duration(r.Fire)))
 	}
-	title += fmt.Sprintf(", accounted after %s (timeout %s)", report.Short(time.Duration(r.Elapsed)), report.Short(time.Duration(r.Timeout)))
+	title += fmt.Sprintf(", accounted after %s (the drain waited up to --timeout %s)", report.Short(time.Duration(r.Elapsed)), report.Short(time.Duration(r.Timeout)))
 	if err := report.WriteTable(w, title, r.Rows); err != nil {
 		return err
 	}

@@ -463,7 +463,7 @@ func (e *env) row(s Spec, pr partner.Report, t report.Tally, st instance.Subscri
 		Subscriber: s.ID, Role: s.Role, Advertised: pr.Advertised, Tally: t,
 		Duplicates: pr.Duplicates, MaxWindow: pr.MaxWindow, Limit: pr.Limit, Violation: pr.Violation,
 		Sent429: pr.Sent429, Banned: pr.Banned, Sent403: pr.Sent403, BadSignatures: pr.BadSignatures,
-		P50: pr.P50, P99: pr.P99, DeadLetters: st.Dead,
+		P50: pr.P50, P99: pr.P99, DeadLetters: st.Dead, MustDrain: !s.SlowToDrain,
 	}
 	if t.Pending+t.Inflight+t.Lost == 0 && t.Expected > 0 {
 		r.Drained = true
