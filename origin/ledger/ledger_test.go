@@ -752,3 +752,43 @@ func TestOpenLeavesAForeignDatabaseAsItWas(t *testing.T) {
 		t.Error("the refused file was put in WAL mode")
 	}
 }
+
+// A subscriber's counts add up to its deliveries, even when they are read
+// from the shared count while deliveries move from in flight to sent.
+func TestStatsCountsAddUp(t *testing.T) {
+	t.Parallel()
+	l, clock, _ := open(t)
+	ctx := context.Background()
+	addSubscriber(t, l, "s", "*")
+	for i := range 6 {
+		if _, err := l.Enqueue(ctx, []NewEvent{{ID: fmt.Sprintf("e%d", i), Type: "t", Body: []byte(`{}`)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 4, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := func() int {
+		st, err := l.Stats(ctx, clock.Now().Add(-5*time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := st["s"]
+		return s.Pending + s.Inflight + s.Sent + s.Dead
+	}
+	if n := sum(); n != 6 {
+		t.Fatalf("counts add up to %d, want 6", n)
+	}
+	var sent []Result
+	for _, c := range res[0].Deliveries {
+		sent = append(sent, Result{Seq: c.Seq, SubscriberID: "s", Status: StatusSent,
+			Attempt: &Attempt{Number: 1, At: clock.Now(), Lane: LaneOrigin, StatusCode: 200}})
+	}
+	if err := l.Record(ctx, sent, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := sum(); n != 6 { // within countsTTL of the first count
+		t.Fatalf("after 4 were sent the counts add up to %d, want 6", n)
+	}
+}

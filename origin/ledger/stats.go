@@ -26,18 +26,6 @@ func (l *Ledger) Stats(ctx context.Context, since time.Time) (map[string]*Subscr
 	if err != nil {
 		return nil, err
 	}
-	sent, err := l.sentCounts(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for id, n := range sent {
-		s, ok := out[id]
-		if !ok {
-			s = &SubscriberStats{}
-			out[id] = s
-		}
-		s.Sent = int(n)
-	}
 	l.window.fill(out, since, l.now())
 	return out, nil
 }
@@ -119,17 +107,38 @@ func (l *Ledger) staleSent() {
 	l.sent.mu.Unlock()
 }
 
-// Counts counts only pending, inflight and dead deliveries per subscriber.
-// Each walks a partial index, which with a million pending takes a few
-// hundred milliseconds, so answers are shared for countsTTL: a scrape and
-// a status page polling every few seconds should not keep a core busy.
+// Counts counts pending, inflight, sent and dead deliveries per
+// subscriber. Each of the first three walks a partial index, which with a
+// million pending takes a few hundred milliseconds, so answers are shared
+// for countsTTL: a scrape and a status page polling every few seconds
+// should not keep a core busy. They are read in one transaction, and the
+// sent totals (kept in memory) at its start, so that the four add up to
+// every delivery the subscriber had then, not to a mix of two moments.
 func (l *Ledger) Counts(ctx context.Context) (map[string]*SubscriberStats, error) {
 	l.countsMu.Lock()
 	defer l.countsMu.Unlock()
 	if l.counts != nil && time.Since(l.countsAt) < countsTTL {
 		return copyStats(l.counts), nil
 	}
+	tx, err := l.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	// A read fixes the transaction's snapshot; the sent totals are taken
+	// right after it.
+	var one int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&one); err != nil {
+		return nil, err
+	}
+	sent, err := l.sentCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]*SubscriberStats{}
+	for id, n := range sent {
+		out[id] = &SubscriberStats{Sent: int(n)}
+	}
 	for _, c := range []struct {
 		status Status
 		dst    func(*SubscriberStats) *int
@@ -140,7 +149,7 @@ func (l *Ledger) Counts(ctx context.Context) (map[string]*SubscriberStats, error
 	} {
 		// A literal status, not a parameter: only then can SQLite use the
 		// status's partial index.
-		err := collect(ctx, l.rdb, `SELECT subscriber_id, count(*) FROM deliveries WHERE status = '`+string(c.status)+`' GROUP BY subscriber_id`,
+		err := collect(ctx, tx, `SELECT subscriber_id, count(*) FROM deliveries WHERE status = '`+string(c.status)+`' GROUP BY subscriber_id`,
 			nil, func(rows *sql.Rows) error {
 				var id string
 				var n int
