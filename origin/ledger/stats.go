@@ -117,7 +117,7 @@ func (l *Ledger) staleSent() {
 func (l *Ledger) Counts(ctx context.Context) (map[string]*SubscriberStats, error) {
 	l.countsMu.Lock()
 	defer l.countsMu.Unlock()
-	if l.counts != nil && time.Since(l.countsAt) < countsTTL {
+	if l.counts != nil && l.now().Sub(l.countsAt) < countsTTL {
 		return copyStats(l.counts), nil
 	}
 	tx, err := l.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -168,7 +168,7 @@ func (l *Ledger) Counts(ctx context.Context) (map[string]*SubscriberStats, error
 			return nil, err
 		}
 	}
-	l.counts, l.countsAt = out, time.Now()
+	l.counts, l.countsAt = out, l.now()
 	return copyStats(out), nil
 }
 
