@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -64,6 +65,11 @@ func classify(err error) *apiError {
 	case errors.Is(err, ledger.ErrNotFound):
 		what := strings.TrimSuffix(err.Error(), ": "+ledger.ErrNotFound.Error())
 		return &apiError{http.StatusNotFound, "not_found", clip(what) + ": " + ledger.ErrNotFound.Error()}
+	case errors.Is(err, ledger.ErrWriteFailed):
+		// A full disk or an I/O error: nothing was stored, and the same
+		// request may well succeed in a moment. The cause stays in the log.
+		return &apiError{http.StatusServiceUnavailable, "unavailable",
+			"the ledger could not store this now (nothing was stored); try again"}
 	case errors.Is(err, ledger.ErrConflict):
 		return &apiError{http.StatusConflict, "conflict", strings.TrimSuffix(err.Error(), ": "+ledger.ErrConflict.Error())}
 	case errors.As(err, &he):
@@ -102,8 +108,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	ae := classify(err)
-	if ae.status == http.StatusInternalServerError {
+	if ae.status >= http.StatusInternalServerError {
 		s.log.Error("request failed", "method", c.Request().Method, "route", c.Path(), "err", err)
+	}
+	if errors.Is(err, ledger.ErrWriteFailed) {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(writeRetryAfter))
 	}
 	var b errorBody
 	b.Error.Code, b.Error.Message = ae.code, ae.message
@@ -113,6 +122,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	c.JSON(ae.status, b)
 }
+
+// writeRetryAfter is the Retry-After of a 503 for a write that failed:
+// Ping reports the ledger unhealthy for writeFailedFor after one.
+const writeRetryAfter = 5
 
 // clip cuts text a client sent (an id in a path, say) short enough to send
 // back in a message: an id that long names nothing anyway.

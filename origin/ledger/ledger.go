@@ -520,7 +520,7 @@ func (l *Ledger) commit(batch []op) {
 			err = errors.Join(err, lerr)
 		}
 		for i := range results {
-			results[i] = fmt.Errorf("ledger write: %w", err)
+			results[i] = fmt.Errorf("%w: %w", ErrWriteFailed, err)
 		}
 	}
 	for i, o := range batch {

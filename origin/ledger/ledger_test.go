@@ -502,8 +502,8 @@ func TestPingAnswersForTheDatabase(t *testing.T) {
 		t.Fatalf("Ping of a fresh ledger: %v", err)
 	}
 	boom := errors.New("disk I/O error")
-	if err := l.write(ctx, func(context.Context, *writer) error { return boom }); !errors.Is(err, boom) {
-		t.Fatalf("the failing write: %v", err)
+	if err := l.write(ctx, func(context.Context, *writer) error { return boom }); !errors.Is(err, boom) || !errors.Is(err, ErrWriteFailed) {
+		t.Fatalf("the failing write: %v; want ErrWriteFailed wrapping its cause", err)
 	}
 	if err := l.Ping(ctx); !errors.Is(err, boom) {
 		t.Fatalf("Ping after a batch that could not commit = %v, want its error", err)

@@ -14,6 +14,10 @@ var (
 	ErrNotFound = errors.New("not found")
 	ErrConflict = errors.New("conflict")
 	ErrLocked   = errors.New("database is in use by another sluice process")
+	// ErrWriteFailed is a batch that could not commit (a full disk, an I/O
+	// error): nothing of it was stored, and the same write may succeed
+	// later.
+	ErrWriteFailed = errors.New("the ledger could not commit the write")
 )
 
 // Status is a delivery's state.
