@@ -112,7 +112,7 @@ var (
 	breakerDesc  = prometheus.NewDesc("sluice_breaker_state", "Circuit breaker state: 0 closed, 1 half-open, 2 open.", []string{"subscriber_id"}, nil)
 	pausedDesc   = prometheus.NewDesc("sluice_paused_until_timestamp_seconds", "When the subscriber's Retry-After pause ends (0 if not paused).", []string{"subscriber_id"}, nil)
 	heldDesc     = prometheus.NewDesc("sluice_subscriber_paused", "1 while an operator has paused the subscriber, else 0.", []string{"subscriber_id"}, nil)
-	tokensDesc   = prometheus.NewDesc("sluice_bucket_tokens", "Tokens in the subscriber's origin bucket now.", []string{"subscriber_id"}, nil)
+	tokensDesc   = prometheus.NewDesc("sluice_bucket_tokens", "Tokens the subscriber can spend now, over the lanes it sends by (origin, edge).", []string{"subscriber_id"}, nil)
 	writesDesc   = prometheus.NewDesc("sluice_ledger_row_writes_total", "Rows this process has inserted, updated or deleted in the ledger.", nil, nil)
 )
 
