@@ -71,6 +71,7 @@ func (s *Server) stats(c echo.Context) error {
 		}
 		total.Pending += row.Pending
 		total.Inflight += row.Inflight
+		total.Sending += row.Sending
 		total.Sent += row.Sent
 		total.Dead += row.Dead
 		total.Attempts += row.Attempts
@@ -78,11 +79,16 @@ func (s *Server) stats(c echo.Context) error {
 	}
 	sort.Slice(subs, func(i, j int) bool { return subs[i].ID < subs[j].ID })
 	totals := map[string]any{
-		"pending": total.Pending, "inflight": total.Inflight, "sent": total.Sent, "dead": total.Dead,
-		"attempts_5m": total.Attempts, "success_rate": nil,
+		"pending": total.Pending, "inflight": total.Inflight, "attempts_in_flight": total.Sending, "sent": total.Sent,
+		"dead": total.Dead, "attempts_5m": total.Attempts, "success_rate": nil, "p50_ms": nil, "p99_ms": nil,
 	}
 	if total.Attempts > 0 {
 		totals["success_rate"] = float64(okTotal) / float64(total.Attempts)
+	}
+	// The latency of every delivery in the window together, not an
+	// average of the subscribers' percentiles.
+	if w := s.Ledger.WindowTotals(now.Add(-statsWindow)); w.Delivered > 0 {
+		totals["p50_ms"], totals["p99_ms"] = w.P50.Milliseconds(), w.P99.Milliseconds()
 	}
 	return c.JSON(http.StatusOK, map[string]any{"subscribers": subs, "totals": totals, "window_seconds": int(statsWindow.Seconds())})
 }

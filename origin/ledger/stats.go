@@ -30,6 +30,12 @@ func (l *Ledger) Stats(ctx context.Context, since time.Time) (map[string]*Subscr
 	return out, nil
 }
 
+// WindowTotals is the window's attempts, successes and latency
+// percentiles over every subscriber since since (to the slot, as Stats).
+func (l *Ledger) WindowTotals(since time.Time) SubscriberStats {
+	return l.window.total(since, l.now())
+}
+
 // sentTotals counts sent deliveries per subscriber in memory. Sent is
 // final, so Record adds what it marks; the count taken at Open sets them,
 // and a batch rolled back (or a mark that did not add up) makes them stale

@@ -148,6 +148,36 @@ func (w *windows) fill(out map[string]*SubscriberStats, since, now time.Time) {
 	}
 }
 
+// total sums every subscriber's slots that start at or after since, as
+// fill does for each: the window of all deliveries together.
+func (w *windows) total(since, now time.Time) SubscriberStats {
+	if now.Sub(since) > maxWindow {
+		since = now.Add(-maxWindow)
+	}
+	from := since.UnixNano() / int64(slotWidth)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var hist [latencySlots]uint64
+	var st SubscriberStats
+	for _, ring := range w.subs {
+		for i := range ring {
+			s := &ring[i]
+			if s.n < from || s.n == 0 {
+				continue
+			}
+			st.Attempts += s.attempts
+			st.Successes += s.successes
+			st.Delivered += s.delivered
+			for b, c := range s.latency {
+				hist[b] += uint64(c)
+			}
+		}
+	}
+	st.P50 = histPercentile(&hist, st.Delivered, 0.50)
+	st.P99 = histPercentile(&hist, st.Delivered, 0.99)
+	return st
+}
+
 // latencyBucket is the histogram bucket of d.
 func latencyBucket(d time.Duration) int {
 	ms := d.Milliseconds()

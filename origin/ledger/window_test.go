@@ -154,3 +154,29 @@ func TestStatsCountsSentAndTheWindow(t *testing.T) {
 		t.Fatalf("a deleted subscriber still has stats: %+v", s)
 	}
 }
+
+// The totals' percentiles are over every subscriber's deliveries together:
+// 99 fast ones at 10 ms and one slow subscriber's single 50 ms delivery
+// make a p50 of 10 ms and a p99 of 10 ms, where averaging the subscribers'
+// percentiles would give 30 ms; a 100th at 50 ms moves the p99 only.
+func TestWindowTotalsPoolEverySubscriber(t *testing.T) {
+	t.Parallel()
+	var w windows
+	var entries []windowEntry
+	for range 98 {
+		entries = append(entries, windowEntry{subscriber: "fast", attempt: true, success: true, delivered: true, latency: 10 * time.Millisecond})
+	}
+	entries = append(entries,
+		windowEntry{subscriber: "slow", attempt: true, success: true, delivered: true, latency: 50 * time.Millisecond},
+		windowEntry{subscriber: "slow", attempt: true}, // failed
+		windowEntry{subscriber: "fast", attempt: true, success: true, delivered: true, latency: 10 * time.Millisecond})
+	w.add(t0, entries)
+	got := w.total(t0.Add(-5*time.Minute), t0)
+	if got.Attempts != 101 || got.Successes != 100 || got.Delivered != 100 || got.P50 != 10*time.Millisecond || got.P99 != 10*time.Millisecond {
+		t.Errorf("totals %+v; want 101 attempts, 100 ok and delivered, p50 and p99 10ms", got)
+	}
+	w.add(t0, []windowEntry{{subscriber: "slow", attempt: true, success: true, delivered: true, latency: 50 * time.Millisecond}})
+	if got := w.total(t0.Add(-5*time.Minute), t0); got.P99 != 50*time.Millisecond || got.P50 != 10*time.Millisecond {
+		t.Errorf("with a second slow delivery: p50 %v, p99 %v; want 10ms, 50ms", got.P50, got.P99)
+	}
+}

@@ -699,8 +699,12 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 			PausedUntil *time.Time `json:"paused_until"`
 			Tokens      float64    `json:"tokens"`
 		} `json:"subscribers"`
-		Totals        counts `json:"totals"`
-		WindowSeconds int    `json:"window_seconds"`
+		Totals struct {
+			counts
+			P50MS *int64 `json:"p50_ms"`
+			P99MS *int64 `json:"p99_ms"`
+		} `json:"totals"`
+		WindowSeconds int `json:"window_seconds"`
 	}
 	if printed, err := c.call(ctx, f, http.MethodGet, "/v1/stats", nil, &st); err != nil || printed {
 		return err
@@ -736,7 +740,7 @@ func (c *cli) stats(ctx context.Context, args []string) error {
 	}
 	tt := st.Totals
 	t.row("TOTAL", fmt.Sprint(tt.Pending), fmt.Sprint(tt.Inflight), fmt.Sprint(tt.Sent), fmt.Sprint(tt.Dead),
-		fmt.Sprint(tt.Attempts), rate(tt.SuccessRate), "", "", "", "", "")
+		fmt.Sprint(tt.Attempts), rate(tt.SuccessRate), latency(tt.P50MS), latency(tt.P99MS), "", "", "")
 	return t.flush()
 }
 
