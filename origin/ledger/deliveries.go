@@ -209,7 +209,10 @@ func (l *Ledger) Record(ctx context.Context, results []Result, states []Subscrib
 				return err
 			}
 			marked, err := res.RowsAffected()
-			l.addSent(sentBy, err == nil && marked == int64(len(sent)))
+			exact := err == nil && marked == int64(len(sent))
+			// After the commit, with it: Counts must never see the marks
+			// in the totals and the rows still in flight.
+			w.after = append(w.after, func() { l.addSent(sentBy, exact) })
 		}
 		w.after = append(w.after, func() { l.window.add(w.now, entries) })
 		for _, s := range states {

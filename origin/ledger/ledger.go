@@ -68,8 +68,12 @@ type Ledger struct {
 	prune  pruner
 
 	countsMu sync.Mutex // guards the last Counts answer
-	counts   map[string]*SubscriberStats
-	countsAt time.Time
+	// committing is held from a batch's COMMIT through its after-commit
+	// steps; Counts holds it while it fixes its read snapshot and copies
+	// the in-memory sent totals, so the two show the same moment.
+	committing sync.Mutex
+	counts     map[string]*SubscriberStats
+	countsAt   time.Time
 
 	// writeFailed is the last batch the write loop could not commit: Ping
 	// fails for writeFailedFor after it, whatever commits meanwhile (a
@@ -501,14 +505,19 @@ func (l *Ledger) commit(batch []op) {
 				results[i] = err
 			}
 		}
+		// The commit and what follows it (the sent totals) happen as one
+		// step to Counts, which reads both.
+		l.committing.Lock()
+		defer l.committing.Unlock()
 		_, err := l.stmts.commit.ExecContext(ctx)
+		if err == nil {
+			for _, f := range w.after {
+				f()
+			}
+		}
 		return err
 	}()
-	if err == nil {
-		for _, f := range w.after {
-			f()
-		}
-	} else {
+	if err != nil {
 		l.writeFailed.Store(&failedWrite{err: err, at: l.now()})
 		l.stmts.rollback.ExecContext(ctx)
 		for i := len(w.undo) - 1; i >= 0; i-- {

@@ -793,3 +793,61 @@ func TestStatsCountsAddUp(t *testing.T) {
 		t.Fatalf("after 4 were sent the counts add up to %d, want 6", n)
 	}
 }
+
+// Counts that start while a batch marking deliveries sent is still open
+// see neither its rows nor its totals: the sent totals move with the
+// commit, not when the batch's ops run.
+func TestStatsCountsDuringACommitAddUp(t *testing.T) {
+	t.Parallel()
+	l, clock, _ := open(t)
+	ctx := context.Background()
+	addSubscriber(t, l, "s", "*")
+	for i := range 6 {
+		if _, err := l.Enqueue(ctx, []NewEvent{{ID: fmt.Sprintf("e%d", i), Type: "t", Body: []byte(`{}`)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 4, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := func(n int) {
+		for deadline := time.Now().Add(5 * time.Second); len(l.ops) < n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d ops queued, want %d", len(l.ops), n)
+			}
+			runtime.Gosched()
+		}
+	}
+	// Hold the write loop, queue the sent marks and an op behind them, and
+	// let the batch run up to that op: the marks have run, the batch has
+	// not committed.
+	openGate, inFirst := make(chan struct{}), make(chan struct{})
+	go l.write(ctx, func(context.Context, *writer) error { close(inFirst); <-openGate; return nil })
+	<-inFirst
+	var sent []Result
+	for _, c := range res[0].Deliveries {
+		sent = append(sent, Result{Seq: c.Seq, SubscriberID: "s", Status: StatusSent,
+			Attempt: &Attempt{Number: 1, At: clock.Now(), Lane: LaneOrigin, StatusCode: 200}})
+	}
+	recorded := make(chan error, 1)
+	go func() { recorded <- l.Record(ctx, sent, nil) }()
+	queued(1)
+	commitGate, inLast := make(chan struct{}), make(chan struct{})
+	go l.write(ctx, func(context.Context, *writer) error { close(inLast); <-commitGate; return nil })
+	queued(2)
+	close(openGate)
+	<-inLast
+	clock.Advance(countsTTL) // a fresh count, not the shared one
+	st, err := l.Counts(ctx)
+	close(commitGate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-recorded; err != nil {
+		t.Fatal(err)
+	}
+	if s := st["s"]; s.Pending+s.Inflight+s.Sent+s.Dead != 6 {
+		t.Errorf("counts during the commit %+v add up to %d, want 6", *s, s.Pending+s.Inflight+s.Sent+s.Dead)
+	}
+}

@@ -96,7 +96,7 @@ func (l *Ledger) Prune(ctx context.Context, cutoff time.Time, max int) (pruned i
 				return err
 			}
 		}
-		l.addSent(gone, true)
+		w.after = append(w.after, func() { l.addSent(gone, true) })
 		pruned = len(done)
 		return nil
 	})

@@ -51,9 +51,23 @@ const countSent = `SELECT subscriber_id, count(*) FROM deliveries WHERE status =
 
 // recountSent sets the totals from the rows; call from the write loop (or
 // before it starts).
-func (l *Ledger) recountSent(ctx context.Context, c interface {
+func (l *Ledger) recountSent(ctx context.Context, c querier) error {
+	n, err := sentRows(ctx, c)
+	if err != nil {
+		return err
+	}
+	l.sent.mu.Lock()
+	l.sent.n, l.sent.stale = n, false
+	l.sent.mu.Unlock()
+	return nil
+}
+
+type querier interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}) error {
+}
+
+// sentRows counts the sent rows per subscriber.
+func sentRows(ctx context.Context, c querier) (map[string]int64, error) {
 	n := map[string]int64{}
 	err := collect(ctx, c, countSent, nil, func(rows *sql.Rows) error {
 		var id string
@@ -64,13 +78,7 @@ func (l *Ledger) recountSent(ctx context.Context, c interface {
 		n[id] = k
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	l.sent.mu.Lock()
-	l.sent.n, l.sent.stale = n, false
-	l.sent.mu.Unlock()
-	return nil
+	return n, err
 }
 
 // sentCounts returns the sent totals, recounting them first if stale.
@@ -126,20 +134,30 @@ func (l *Ledger) Counts(ctx context.Context) (map[string]*SubscriberStats, error
 	if l.counts != nil && l.now().Sub(l.countsAt) < countsTTL {
 		return copyStats(l.counts), nil
 	}
+	if _, err := l.sentCounts(ctx); err != nil { // recounts stale totals in the write loop
+		return nil, err
+	}
 	tx, err := l.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
-	// A read fixes the transaction's snapshot; the sent totals are taken
-	// right after it.
+	// A read fixes the transaction's snapshot, and the sent totals are
+	// copied with no commit between the two.
 	var one int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&one); err != nil {
-		return nil, err
-	}
-	sent, err := l.sentCounts(ctx)
+	l.committing.Lock()
+	err = tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&one)
+	l.sent.mu.Lock()
+	sent, stale := maps.Clone(l.sent.n), l.sent.stale
+	l.sent.mu.Unlock()
+	l.committing.Unlock()
 	if err != nil {
 		return nil, err
+	}
+	if stale { // went stale since the recount: count in the snapshot itself
+		if sent, err = sentRows(ctx, tx); err != nil {
+			return nil, err
+		}
 	}
 	out := map[string]*SubscriberStats{}
 	for id, n := range sent {
