@@ -59,7 +59,7 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 		}
 		if v := getenv(envName(f.Name)); v != "" {
 			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, errors.New(maskSecrets(fmt.Sprintf("%s=%q: %v", envName(f.Name), v, err))))
+				errs = append(errs, errors.New(withoutValues(fmt.Sprintf("%s: %v", envName(f.Name), err))))
 			}
 		}
 	})
@@ -124,16 +124,17 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		usage()
 		return err
 	}
-	return fmt.Errorf("%s (see sluice %s --help): %w", maskSecrets(dashes(err.Error())), fs.Name(), errUsage)
+	return fmt.Errorf("%s (see sluice %s --help): %w", withoutValues(dashes(err.Error())), fs.Name(), errUsage)
 }
 
-// quotedSecret is a quoted value that looks like a secret or a token.
-var quotedSecret = regexp.MustCompile(`"(whsec_|` + tokenPrefix + `)[^"]*"`)
+// quoted is a Go-quoted string, escaped quotes and all.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
-// maskSecrets hides a value given to the wrong flag that looks like a
-// secret or a token: the flag package quotes it in its error.
-func maskSecrets(msg string) string {
-	return quotedSecret.ReplaceAllString(msg, "(a value not shown: it may be a secret)")
+// withoutValues drops the values the flag package quotes in its errors
+// ("invalid value "…" for flag"): one given to the wrong flag may be a
+// secret or a token of any form, and the operator knows what they typed.
+func withoutValues(msg string) string {
+	return quoted.ReplaceAllString(msg, "(not shown)")
 }
 
 // dashes spells the flag package's "-name" as "--name", as sluice's help

@@ -16,13 +16,16 @@ func TestMistakesAreOneLineUsageErrors(t *testing.T) {
 		args []string
 		want string // in the error
 	}{
-		{"a bad duration", nil, []string{"serve", "--retry-cap", "1"}, `invalid value "1" for flag --retry-cap`},
+		{"a bad duration", nil, []string{"serve", "--retry-cap", "1"}, "invalid value (not shown) for flag --retry-cap"},
 		{"an unknown flag", nil, []string{"migrate", "--json"}, "flag provided but not defined: --json"},
 		{"a stray secret to serve", nil, []string{"serve", "--edge-url", "http://127.0.0.1:9", secret}, "not shown: it may be a secret"},
 		{"a stray token to migrate", nil, []string{"migrate", "sk_0123456789abcdef"}, "not shown: it may be a secret"},
 		{"an empty --db", nil, []string{"migrate", "--db", ""}, "--db must name a file"},
 		{"a secret given to the wrong flag", nil, []string{"edge", "put-secret", "--cf-retries", secret}, "flag --cf-retries"},
-		{"a token in a bad environment value", map[string]string{"SLUICE_WORKERS": "sk_0123456789abcdef"}, []string{"serve"}, "SLUICE_WORKERS="},
+		{"a token in a bad environment value", map[string]string{"SLUICE_WORKERS": "sk_0123456789abcdef"}, []string{"serve"}, "SLUICE_WORKERS"},
+		// Any value, not only one that looks like a secret: a Cloudflare
+		// token or a chosen API token has no telltale prefix.
+		{"any token given to the wrong flag", nil, []string{"edge", "status", "--cf-retries", "cfTok\"en-0123456789"}, "flag --cf-retries"},
 		{"a flag without its value", nil, []string{"migrate", "--db"}, "flag needs an argument: --db"},
 		{"a token with a newline inside", map[string]string{"SLUICE_API_TOKEN": "sk_abc\ndef"}, []string{"stats"}, "control character"},
 		{"a port out of range", nil, []string{"stats", "--url", "http://127.0.0.1:99999"}, "no valid port"},
@@ -33,7 +36,8 @@ func TestMistakesAreOneLineUsageErrors(t *testing.T) {
 			t.Errorf("%s: %s\nwant exit 2 and %q", tc.name, r, tc.want)
 			continue
 		}
-		if strings.Contains(r.stderr, "Flags (each also read") || strings.Contains(r.err.Error(), secret) || strings.Contains(r.err.Error(), "sk_0123") {
+		if strings.Contains(r.stderr, "Flags (each also read") || strings.Contains(r.err.Error(), secret) || strings.Contains(r.err.Error(), "sk_0123") ||
+			strings.Contains(r.err.Error(), "0123456789") {
 			t.Errorf("%s: the flag list or the secret was printed: %s", tc.name, r)
 		}
 	}
