@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,7 +137,14 @@ func dsn(path string, r role) string {
 	case checkpointerRole:
 		q.Add("_pragma", "cache_size(-1024)")
 	}
-	return "file:" + path + "?" + q.Encode()
+	return "file:" + uriPath(path) + "?" + q.Encode()
+}
+
+// uriPath escapes what SQLite's file: URIs read as their own in a path:
+// with "a#b.db" or "a?b.db" as --db, SQLite would open "a" while the lock
+// is on the whole name.
+func uriPath(path string) string {
+	return strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 }
 
 // Open opens (creating it and its folder if needed) the ledger at path,
@@ -245,7 +253,7 @@ func refuseForeign(path string) error {
 	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
 		return nil // new: nothing to refuse
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
 	if err != nil {
 		return nil
 	}

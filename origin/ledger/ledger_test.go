@@ -851,3 +851,35 @@ func TestStatsCountsDuringACommitAddUp(t *testing.T) {
 		t.Errorf("counts during the commit %+v add up to %d, want 6", *s, s.Pending+s.Inflight+s.Sent+s.Dead)
 	}
 }
+
+// A path with characters a file: URI reads as its own opens the file of
+// that name, the one the lock is on: not "a" for "a#b.db".
+func TestAPathWithURICharactersOpensThatFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, name := range []string{"a#b.db", "c?mode=ro.db", "e%41f.db"} {
+		path := filepath.Join(dir, name)
+		l, err := Open(context.Background(), path, Options{})
+		if err != nil {
+			t.Errorf("Open(%q): %v", name, err)
+			continue
+		}
+		addSubscriber(t, l, "s", "*")
+		l.Close()
+		db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		err = db.QueryRow(`SELECT count(*) FROM subscribers`).Scan(&n)
+		db.Close()
+		if err != nil || n != 1 {
+			t.Errorf("%s holds %d subscribers (%v), want the one added", name, n, err)
+		}
+	}
+	for _, stray := range []string{"a", "c", "eAf.db"} {
+		if _, err := os.Stat(filepath.Join(dir, stray)); err == nil {
+			t.Errorf("a file %q was made beside the ones asked for", stray)
+		}
+	}
+}
