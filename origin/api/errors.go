@@ -123,8 +123,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 	c.JSON(ae.status, b)
 }
 
-// writeRetryAfter is the Retry-After of a 503 for a write that failed:
-// Ping reports the ledger unhealthy for writeFailedFor after one.
+// writeRetryAfter is the Retry-After of a 503 for a write that failed. A
+// sender's retry is cheap, and the next batch may well commit (the other
+// writes of a batch that one bad op failed will); /healthz meanwhile stays
+// 503 for 30 s after the failure, so a balancer moves away.
 const writeRetryAfter = 5
 
 // clip cuts text a client sent (an id in a path, say) short enough to send

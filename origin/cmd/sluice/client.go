@@ -165,6 +165,9 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return nil, fmt.Errorf("%s %s: interrupted: %w", method, path, ctx.Err())
+		}
 		return nil, &unreachableError{url: c.base.Redacted(), reason: "the answer was cut off: " + transportReason(err), err: err}
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {

@@ -327,37 +327,46 @@ func TestStampedVersionIsReported(t *testing.T) {
 }
 
 // A client command cut short by Ctrl-C exits 130, as shells report an
-// interrupted command: not 1 (the API refused) nor 3 (unreachable).
+// interrupted command: not 1 (the API refused) nor 3 (unreachable),
+// whether it was waiting for the answer or reading it.
 func TestAnInterruptedClientExits130(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		if c, err := ln.Accept(); err == nil {
-			accepted <- c // held open, never answered
+	for name, answer := range map[string]string{
+		"waiting for the answer": "",
+		"reading the answer":     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	cmd := exec.Command(sluiceBin, "stats", "--url", "http://"+ln.Addr().String())
-	cmd.Env = childEnv()
-	var errOut strings.Builder
-	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case c := <-accepted:
-		defer c.Close()
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("the client never connected")
-	}
-	cmd.Process.Signal(os.Interrupt)
-	cmd.Wait()
-	if code := cmd.ProcessState.ExitCode(); code != 130 {
-		t.Fatalf("exit %d after Ctrl-C, want 130\n%s", code, errOut.String())
+		defer ln.Close()
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				c.Read(make([]byte, 4096)) // the request
+				c.Write([]byte(answer))    // then held open, never finished
+				accepted <- c
+			}
+		}()
+		cmd := exec.Command(sluiceBin, "stats", "--url", "http://"+ln.Addr().String())
+		cmd.Env = childEnv()
+		var errOut strings.Builder
+		cmd.Stderr = &errOut
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case c := <-accepted:
+			defer c.Close()
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("%s: the client never connected", name)
+		}
+		time.Sleep(100 * time.Millisecond) // let it read what was sent
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		if code := cmd.ProcessState.ExitCode(); code != 130 {
+			t.Errorf("%s: exit %d after Ctrl-C, want 130\n%s", name, code, errOut.String())
+		}
 	}
 }
