@@ -6,7 +6,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluice-dev/sluice/origin/delivery"
 	"github.com/sluice-dev/sluice/origin/ledger"
 )
 
@@ -77,18 +76,15 @@ func (s *Server) getDelivery(c echo.Context) error {
 }
 
 // held moves the next_attempt_at of pending deliveries that a Retry-After
-// pause or an open breaker holds to when they may go, so the API says when
-// the next attempt can really come rather than a time already past.
+// pause, an open breaker or the subscriber's rate holds to when they may
+// go, so the API says when the next attempt can really come rather than a
+// time already past.
 func (s *Server) held(ds []ledger.Delivery) []ledger.Delivery {
-	var snap map[string]delivery.SubscriberSnapshot
 	for i := range ds {
 		if ds[i].Status != ledger.StatusPending {
 			continue
 		}
-		if snap == nil {
-			snap = s.Dispatcher.Snapshot()
-		}
-		if until := millis(snap[ds[i].SubscriberID].HeldUntil); until.After(ds[i].NextAttemptAt) {
+		if until := millis(s.Dispatcher.HeldUntil(ds[i].SubscriberID, ds[i].EventType)); until.After(ds[i].NextAttemptAt) {
 			ds[i].NextAttemptAt = until
 		}
 	}

@@ -35,6 +35,7 @@ type Dispatcher interface {
 	Remove(id string)
 	Notify(at time.Time, subscriberIDs ...string)
 	Snapshot() map[string]delivery.SubscriberSnapshot
+	HeldUntil(id, eventType string) time.Time
 }
 
 // Config is what a Server needs.

@@ -950,13 +950,8 @@ type SubscriberSnapshot struct {
 	Paused      bool // by the operator
 	Breaker     breaker.Breaker
 	PausedUntil time.Time
-	// HeldUntil is the soonest the subscriber's next attempt can go: when a
-	// Retry-After pause or an open breaker lets it, or when its lanes'
-	// buckets have a token (an edge deferral empties the edge one until the
-	// Worker's time); zero when nothing holds it.
-	HeldUntil time.Time
-	Tokens    float64 // over the lanes it sends by now
-	Inflight  int
+	Tokens      float64 // over the lanes it sends by now
+	Inflight    int
 }
 
 // Snapshot returns every subscriber's sending state, for stats and views.
@@ -968,43 +963,59 @@ func (d *Dispatcher) Snapshot() map[string]SubscriberSnapshot {
 	for id, s := range d.subs {
 		// An open breaker whose cooldown has passed is half-open, whether
 		// or not a delivery has come along to be its probe.
-		limit, until := d.limitLocked(s, now)
-		var held time.Time
-		if s.cfg.PausedUntil.After(now) {
-			held = s.cfg.PausedUntil
-		}
-		if limit == 0 && until.After(held) {
-			held = until
-		}
+		d.limitLocked(s, now)
 		// The tokens it can spend: an edge-only subscriber's origin bucket
 		// is for fallback alone while the Worker is up.
 		var tokens float64
-		wait := time.Duration(-1)
 		edgeUp := d.cfg.Edge != nil && s.usesEdge && !d.edge.downUntil.After(now)
 		if !edgeUp || s.usesOrigin {
 			tokens += bucket.Refill(s.bucket, s.originRate, now).Tokens
-			wait = bucket.WaitToSend(s.bucket, s.originRate, now)
 		}
 		if edgeUp {
 			tokens += bucket.Refill(s.edgeBucket, s.edgeRate, now).Tokens
-			if w := bucket.Wait(s.edgeBucket, s.edgeRate, now); wait < 0 || w < wait {
-				wait = w
-			}
-		}
-		if t := now.Add(wait); wait > 0 && t.After(held) {
-			held = t
 		}
 		out[id] = SubscriberSnapshot{
 			Rate:        s.cfg.Rate,
 			Paused:      s.cfg.Paused,
 			Breaker:     s.cfg.Breaker,
 			PausedUntil: s.cfg.PausedUntil,
-			HeldUntil:   held,
 			Tokens:      tokens,
 			Inflight:    s.inflight,
 		}
 	}
 	return out
+}
+
+// HeldUntil is the soonest a pending delivery of the subscriber with the
+// event type can go: when a Retry-After pause or an open breaker lets it,
+// or when the bucket of the lane it goes by has a token (an edge deferral
+// empties the edge one until the Worker's time). Zero when nothing holds
+// it, or the subscriber is unknown.
+func (d *Dispatcher) HeldUntil(id, eventType string) time.Time {
+	now := d.cfg.Clock.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.subs[id]
+	if !ok {
+		return time.Time{}
+	}
+	var held time.Time
+	if s.cfg.PausedUntil.After(now) {
+		held = s.cfg.PausedUntil
+	}
+	if limit, until := d.limitLocked(s, now); limit == 0 && until.After(held) {
+		held = until
+	}
+	var wait time.Duration
+	if d.laneLocked(s, &ledger.Claimed{EventType: eventType}, now) == ledger.LaneEdge {
+		wait = bucket.Wait(s.edgeBucket, s.edgeRate, now)
+	} else {
+		wait = bucket.WaitToSend(s.bucket, s.originRate, now)
+	}
+	if t := now.Add(wait); wait > 0 && t.After(held) {
+		held = t
+	}
+	return held
 }
 
 // Quiet reports whether the dispatcher is waiting with nothing in progress:

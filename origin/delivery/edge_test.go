@@ -554,7 +554,7 @@ func TestADeferralHoldsTheEdgeLaneOnlyUntilTheWorkersTime(t *testing.T) {
 	b.send("m", "video.view_milestone", 1)
 	b.step(100*time.Millisecond, 50*time.Millisecond)
 	// Deferred: the API shows the Worker's time as the soonest it can go.
-	if held := b.d.Snapshot()["s"].HeldUntil.Sub(start); held < 1900*time.Millisecond || held > 2*time.Second {
+	if held := b.d.HeldUntil("s", "video.view_milestone").Sub(start); held < 1900*time.Millisecond || held > 2*time.Second {
 		t.Errorf("after the deferral the snapshot holds it until +%v; want the Worker's +2s", held)
 	}
 	b.step(5*time.Second, 50*time.Millisecond)
@@ -715,5 +715,28 @@ func withinRate(t *testing.T, at []time.Time, rate ledger.Rate) {
 					n, w, at[i].Sub(t0), most, rate.PerSecond, rate.Burst, at)
 			}
 		}
+	}
+}
+
+// A subscriber of both lanes: a deferred edge delivery shows the Worker's
+// time even while the origin lane has a token for its other types.
+func TestHeldUntilIsPerLane(t *testing.T) {
+	t.Parallel()
+	w, mb := startWorker(t)
+	b := setupOnFakeClock(t, w.URL, mb)
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("both", rc.URL, func(s *ledger.Subscriber) { s.Rate = ledger.Rate{PerSecond: 2, Burst: 2, EdgeShare: 0.5} })
+	emptyWorkerBucket(mb, "both", b.fake.Now()) // its next edge token in 1 s
+	start := b.fake.Now()
+	b.send("m", "video.view_milestone", 1)
+	b.step(100*time.Millisecond, 50*time.Millisecond)
+	if d := deliveryOf(t, b, "m-0"); d.Deferrals != 1 {
+		t.Fatalf("m-0: %d deferrals, want 1", d.Deferrals)
+	}
+	if held := b.d.HeldUntil("both", "video.view_milestone").Sub(start); held < 900*time.Millisecond || held > time.Second {
+		t.Errorf("the deferred milestone is held until +%v; want the Worker's +1s", held)
+	}
+	if held := b.d.HeldUntil("both", "video.trending"); !held.IsZero() {
+		t.Errorf("a trending delivery is held until %v; the origin lane has its token", held.Sub(start))
 	}
 }
