@@ -740,3 +740,45 @@ func TestHeldUntilIsPerLane(t *testing.T) {
 		t.Errorf("a trending delivery is held until %v; the origin lane has its token", held.Sub(start))
 	}
 }
+
+// A delivery whose edge request failed goes back due as it was: ahead of
+// the subscriber's backlog, not behind it.
+func TestALaneFailureKeepsTheDeliverysPlace(t *testing.T) {
+	t.Parallel()
+	w, mb := startWorker(t)
+	target, err := url.Parse(w.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var calls atomic.Int32
+	fail := make(chan struct{})
+	gate := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 { // the first request fails, when the test says
+			<-fail
+			http.Error(rw, `{"error":{"code":"down","message":"down"}}`, http.StatusBadGateway)
+			return
+		}
+		proxy.ServeHTTP(rw, r)
+	}))
+	t.Cleanup(gate.Close)
+	b := setupOnFakeClock(t, gate.URL, mb)
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) {
+		s.EventTypes, s.Rate = []string{"video.view_milestone"}, ledger.Rate{PerSecond: 2, Burst: 1}
+	})
+	b.send("m", "video.view_milestone", 8)
+	waitFor(t, 5*time.Second, "the first request to reach the Worker", func() bool { return calls.Load() == 1 })
+	b.fake.Advance(100 * time.Millisecond) // the failure comes after the backlog fell due
+	close(fail)
+	b.step(6*time.Second, 50*time.Millisecond)
+	first := deliveryOf(t, b, "m-0")
+	if first.SentAt == nil {
+		t.Fatalf("m-0 is %s", first.Status)
+	}
+	for i := 1; i < 8; i++ {
+		if d := deliveryOf(t, b, fmt.Sprintf("m-%d", i)); d.SentAt != nil && d.SentAt.Before(*first.SentAt) {
+			t.Errorf("m-%d went at +%v, before m-0 at +%v, whose lane request had failed", i, d.SentAt.Sub(t0), first.SentAt.Sub(t0))
+		}
+	}
+}

@@ -225,9 +225,9 @@ func (d *Dispatcher) viaEdge(ctx context.Context, owner *sub, s ledger.Subscribe
 	case err != nil:
 		// The lane failed, not the subscriber: nothing is charged, and the
 		// delivery goes straight back (to the origin lane if the Worker is
-		// now out of use).
+		// now out of use), due as it was, ahead of newer ones.
 		d.cfg.Logger.Warn("edge lane failed", "delivery_id", c.ID(), "subscriber_id", s.ID, "err", err)
-		results, known := d.settleLane(owner, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: end}, end, false, time.Time{})
+		results, known := d.settleLane(owner, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: c.Due}, end, false, time.Time{})
 		d.finish(results, known)
 	case deferFor > 0:
 		// The Worker's bucket was empty: take its word for when its next

@@ -143,11 +143,6 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent) (EnqueueResult,
 				delete(res.Subscribers, sub)
 			}
 		}
-		if len(pending) > 0 {
-			if err := w.insert(ctx, insertDeliveries, pending, nil); err != nil {
-				return err
-			}
-		}
 		hand := func(seq int64, sub string, eventSeq int64) {
 			e := events[byEvent[eventSeq]]
 			handoff = append(handoff, Claimed{Seq: seq, SubscriberID: sub, eventSeq: eventSeq,
@@ -172,6 +167,15 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent) (EnqueueResult,
 				hand(seq, sub, eventSeq)
 				return nil
 			}); err != nil {
+				return err
+			}
+		}
+		// The pending rows after the ones handed over, which come first in
+		// each subscriber's order: their seqs then follow the events'
+		// order, and a handed-over delivery that goes back to pending
+		// (a failed lane) sorts before its newer siblings on a tie.
+		if len(pending) > 0 {
+			if err := w.insert(ctx, insertDeliveries, pending, nil); err != nil {
 				return err
 			}
 		}
