@@ -68,7 +68,8 @@ type Ledger struct {
 	window windows
 	prune  pruner
 
-	countsMu sync.Mutex // guards the last Counts answer
+	countsMu  sync.Mutex // guards the last Counts answer and countsGen
+	countsGen int        // moves when a subscriber is removed
 	// committing is held from a batch's COMMIT through its after-commit
 	// steps; Counts holds it while it fixes its read snapshot and copies
 	// the in-memory sent totals, so the two show the same moment.

@@ -811,14 +811,7 @@ func TestStatsCountsDuringACommitAddUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queued := func(n int) {
-		for deadline := time.Now().Add(5 * time.Second); len(l.ops) < n; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d ops queued, want %d", len(l.ops), n)
-			}
-			runtime.Gosched()
-		}
-	}
+	queued := func(n int) { waitQueued(t, l, n) }
 	// Hold the write loop, queue the sent marks and an op behind them, and
 	// let the batch run up to that op: the marks have run, the batch has
 	// not committed.
@@ -881,5 +874,104 @@ func TestAPathWithURICharactersOpensThatFile(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, stray)); err == nil {
 			t.Errorf("a file %q was made beside the ones asked for", stray)
 		}
+	}
+}
+
+// waitQueued waits until n ops wait for the write loop.
+func waitQueued(t *testing.T, l *Ledger, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); len(l.ops) < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d ops queued, want %d", len(l.ops), n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// A count that starts while a removal's batch is finishing (committed,
+// running its after-commit steps) must not stop the write loop: the
+// removal's steps take the count's lock, and the count waits on them.
+func TestACountBesideARemovalFinishes(t *testing.T) {
+	t.Parallel()
+	l, clock, _ := open(t)
+	ctx := context.Background()
+	addSubscriber(t, l, "s", "*")
+	openGate, inFirst := make(chan struct{}), make(chan struct{})
+	go l.write(ctx, func(context.Context, *writer) error { close(inFirst); <-openGate; return nil })
+	<-inFirst
+	afterGate, inAfter := make(chan struct{}), make(chan struct{})
+	go l.write(ctx, func(_ context.Context, w *writer) error {
+		w.after = append(w.after, func() { close(inAfter); <-afterGate })
+		return nil
+	})
+	waitQueued(t, l, 1)
+	deleted := make(chan error, 1)
+	go func() { deleted <- l.DeleteSubscriber(ctx, "s") }()
+	waitQueued(t, l, 2)
+	close(openGate)
+	<-inAfter // committed; the removal's own steps come next
+	clock.Advance(countsTTL)
+	counted := make(chan error, 1)
+	go func() { _, err := l.Counts(ctx); counted <- err }()
+	time.Sleep(100 * time.Millisecond) // give the count the time to reach the commit's lock
+	close(afterGate)
+	for name, done := range map[string]chan error{"the removal": deleted, "the count": counted} {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never finished: the write loop and the count wait on each other", name)
+		}
+	}
+}
+
+// A recount of stale sent totals that shares a batch with sent marks, and
+// comes after them, counts them once: not in its count and again when the
+// marks are added after the commit.
+func TestARecountBesideSentMarksCountsThemOnce(t *testing.T) {
+	t.Parallel()
+	l, clock, _ := open(t)
+	ctx := context.Background()
+	addSubscriber(t, l, "s", "*")
+	for i := range 6 {
+		if _, err := l.Enqueue(ctx, []NewEvent{{ID: fmt.Sprintf("e%d", i), Type: "t", Body: []byte(`{}`)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 4, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.staleSent() // as after a batch that rolled back
+	openGate, inFirst := make(chan struct{}), make(chan struct{})
+	go l.write(ctx, func(context.Context, *writer) error { close(inFirst); <-openGate; return nil })
+	<-inFirst
+	var sent []Result
+	for _, c := range res[0].Deliveries {
+		sent = append(sent, Result{Seq: c.Seq, SubscriberID: "s", Status: StatusSent,
+			Attempt: &Attempt{Number: 1, At: clock.Now(), Lane: LaneOrigin, StatusCode: 200}})
+	}
+	recorded := make(chan error, 1)
+	go func() { recorded <- l.Record(ctx, sent, nil) }()
+	waitQueued(t, l, 1)
+	counted := make(chan error, 1)
+	go func() { _, err := l.Counts(ctx); counted <- err }() // queues the recount behind the marks
+	waitQueued(t, l, 2)
+	close(openGate)
+	if err := <-recorded; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-counted; err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(countsTTL)
+	st, err := l.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := st["s"]; s.Sent != 4 || s.Pending+s.Inflight+s.Sent+s.Dead != 6 {
+		t.Errorf("after 4 sent: %+v, adding up to %d; want 4 sent and 6 in all", *s, s.Pending+s.Inflight+s.Sent+s.Dead)
 	}
 }

@@ -88,7 +88,19 @@ func (l *Ledger) sentCounts(ctx context.Context) (map[string]int64, error) {
 	l.sent.mu.Unlock()
 	if stale {
 		if err := l.write(ctx, func(ctx context.Context, w *writer) error {
-			return l.recountSent(ctx, w.conn)
+			n, err := sentRows(ctx, w.conn)
+			if err != nil {
+				return err
+			}
+			// Set with the commit, in op order: the count already holds
+			// the marks of the batch's earlier ops, whose additions run
+			// just before, and none of the later ones', whose run after.
+			w.after = append(w.after, func() {
+				l.sent.mu.Lock()
+				l.sent.n, l.sent.stale = n, false
+				l.sent.mu.Unlock()
+			})
+			return nil
 		}); err != nil {
 			return nil, err
 		}
@@ -129,11 +141,31 @@ func (l *Ledger) staleSent() {
 // sent totals (kept in memory) at its start, so that the four add up to
 // every delivery the subscriber had then, not to a mix of two moments.
 func (l *Ledger) Counts(ctx context.Context) (map[string]*SubscriberStats, error) {
+	// countsMu is not held while counting: the count waits on the write
+	// loop (committing, a recount), whose after-commit steps take countsMu
+	// to drop a removed subscriber's share.
 	l.countsMu.Lock()
-	defer l.countsMu.Unlock()
 	if l.counts != nil && l.now().Sub(l.countsAt) < countsTTL {
-		return copyStats(l.counts), nil
+		out := copyStats(l.counts)
+		l.countsMu.Unlock()
+		return out, nil
 	}
+	gen := l.countsGen
+	l.countsMu.Unlock()
+	out, err := l.count(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.countsMu.Lock()
+	if l.countsGen == gen { // no subscriber removed meanwhile
+		l.counts, l.countsAt = out, l.now()
+	}
+	l.countsMu.Unlock()
+	return copyStats(out), nil
+}
+
+// count is Counts without the sharing.
+func (l *Ledger) count(ctx context.Context) (map[string]*SubscriberStats, error) {
 	if _, err := l.sentCounts(ctx); err != nil { // recounts stale totals in the write loop
 		return nil, err
 	}
@@ -192,8 +224,7 @@ func (l *Ledger) Counts(ctx context.Context) (map[string]*SubscriberStats, error
 			return nil, err
 		}
 	}
-	l.counts, l.countsAt = out, l.now()
-	return copyStats(out), nil
+	return out, nil
 }
 
 // countsTTL is how long Counts answers from its last count.

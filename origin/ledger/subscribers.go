@@ -245,6 +245,7 @@ func (l *Ledger) forgetSubscriber(id string) {
 	l.window.forget(id)
 	l.countsMu.Lock()
 	l.counts = nil // its rows are gone: count afresh
+	l.countsGen++  // and drop a count begun before
 	l.countsMu.Unlock()
 }
 
