@@ -975,3 +975,60 @@ func TestARecountBesideSentMarksCountsThemOnce(t *testing.T) {
 		t.Errorf("after 4 sent: %+v, adding up to %d; want 4 sent and 6 in all", *s, s.Pending+s.Inflight+s.Sent+s.Dead)
 	}
 }
+
+// A count that starts after a batch has committed sent marks, but before
+// the totals have moved with them, waits for the totals: it must not see
+// the rows sent and the totals not yet.
+func TestACountBetweenACommitAndItsTotalsWaits(t *testing.T) {
+	t.Parallel()
+	l, clock, _ := open(t)
+	ctx := context.Background()
+	addSubscriber(t, l, "s", "*")
+	for i := range 6 {
+		if _, err := l.Enqueue(ctx, []NewEvent{{ID: fmt.Sprintf("e%d", i), Type: "t", Body: []byte(`{}`)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 4, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	openGate, inFirst := make(chan struct{}), make(chan struct{})
+	go l.write(ctx, func(context.Context, *writer) error { close(inFirst); <-openGate; return nil })
+	<-inFirst
+	// The next batch: an op whose after-commit step holds, then the marks.
+	afterGate, inAfter := make(chan struct{}), make(chan struct{})
+	go l.write(ctx, func(_ context.Context, w *writer) error {
+		w.after = append(w.after, func() { close(inAfter); <-afterGate })
+		return nil
+	})
+	waitQueued(t, l, 1)
+	var sent []Result
+	for _, c := range res[0].Deliveries {
+		sent = append(sent, Result{Seq: c.Seq, SubscriberID: "s", Status: StatusSent,
+			Attempt: &Attempt{Number: 1, At: clock.Now(), Lane: LaneOrigin, StatusCode: 200}})
+	}
+	recorded := make(chan error, 1)
+	go func() { recorded <- l.Record(ctx, sent, nil) }()
+	waitQueued(t, l, 2)
+	close(openGate)
+	<-inAfter // committed: the rows are sent, the totals not yet moved
+	clock.Advance(countsTTL)
+	counted := make(chan map[string]*SubscriberStats, 1)
+	go func() {
+		st, err := l.Counts(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		counted <- st
+	}()
+	time.Sleep(100 * time.Millisecond) // give the count the time to read, were it not held
+	close(afterGate)
+	if err := <-recorded; err != nil {
+		t.Fatal(err)
+	}
+	st := <-counted
+	if s := st["s"]; s == nil || s.Pending+s.Inflight+s.Sent+s.Dead != 6 {
+		t.Errorf("a count between the commit and its totals: %+v; want 6 in all", s)
+	}
+}
