@@ -143,9 +143,10 @@ func dsn(path string, r role) string {
 
 // uriPath escapes what SQLite's file: URIs read as their own in a path:
 // with "a#b.db" or "a?b.db" as --db, SQLite would open "a" while the lock
-// is on the whole name.
+// is on the whole name. The path is cleaned first: "//tmp/x.db" would be
+// read as a URI authority.
 func uriPath(path string) string {
-	return strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	return strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.Clean(path))
 }
 
 // Open opens (creating it and its folder if needed) the ledger at path,
