@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/origin/delivery"
 	"github.com/sluice-dev/sluice/origin/ledger"
 )
 
@@ -80,12 +81,20 @@ func (s *Server) getDelivery(c echo.Context) error {
 // go, so the API says when the next attempt can really come rather than a
 // time already past.
 func (s *Server) held(ds []ledger.Delivery) []ledger.Delivery {
-	for i := range ds {
-		if ds[i].Status != ledger.StatusPending {
-			continue
+	var idx []int
+	var ask []delivery.Held
+	for i, d := range ds {
+		if d.Status == ledger.StatusPending {
+			idx = append(idx, i)
+			ask = append(ask, delivery.Held{SubscriberID: d.SubscriberID, EventType: d.EventType})
 		}
-		if until := millis(s.Dispatcher.HeldUntil(ds[i].SubscriberID, ds[i].EventType)); until.After(ds[i].NextAttemptAt) {
-			ds[i].NextAttemptAt = until
+	}
+	if len(ask) == 0 {
+		return ds
+	}
+	for k, until := range s.Dispatcher.HeldUntil(ask) {
+		if until = millis(until); until.After(ds[idx[k]].NextAttemptAt) {
+			ds[idx[k]].NextAttemptAt = until
 		}
 	}
 	return ds

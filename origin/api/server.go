@@ -35,7 +35,7 @@ type Dispatcher interface {
 	Remove(id string)
 	Notify(at time.Time, subscriberIDs ...string)
 	Snapshot() map[string]delivery.SubscriberSnapshot
-	HeldUntil(id, eventType string) time.Time
+	HeldUntil(ds []delivery.Held) []time.Time
 }
 
 // Config is what a Server needs.

@@ -986,36 +986,44 @@ func (d *Dispatcher) Snapshot() map[string]SubscriberSnapshot {
 	return out
 }
 
-// HeldUntil is the soonest a pending delivery of the subscriber with the
-// event type can go: when a Retry-After pause or an open breaker lets it,
-// or when the bucket of the lane it goes by has a token (an edge deferral
-// empties the edge one until the Worker's time). Zero when nothing holds
-// it, or the subscriber is unknown.
-func (d *Dispatcher) HeldUntil(id, eventType string) time.Time {
+// Held names a pending delivery by what decides when it can go: its
+// subscriber and its event type (which picks the lane).
+type Held struct{ SubscriberID, EventType string }
+
+// HeldUntil is, for each delivery, the soonest it can go: when a
+// Retry-After pause or an open breaker lets it, or when the bucket of the
+// lane it goes by has a token (an edge deferral empties the edge one until
+// the Worker's time). Zero when nothing holds it, or the subscriber is
+// unknown. One lock and one clock reading for the lot.
+func (d *Dispatcher) HeldUntil(ds []Held) []time.Time {
 	now := d.cfg.Clock.Now()
+	out := make([]time.Time, len(ds))
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s, ok := d.subs[id]
-	if !ok {
-		return time.Time{}
+	for i, h := range ds {
+		s, ok := d.subs[h.SubscriberID]
+		if !ok {
+			continue
+		}
+		var held time.Time
+		if s.cfg.PausedUntil.After(now) {
+			held = s.cfg.PausedUntil
+		}
+		if limit, until := d.limitLocked(s, now); limit == 0 && until.After(held) {
+			held = until
+		}
+		var wait time.Duration
+		if d.laneLocked(s, &ledger.Claimed{EventType: h.EventType}, now) == ledger.LaneEdge {
+			wait = bucket.Wait(s.edgeBucket, s.edgeRate, now)
+		} else {
+			wait = bucket.WaitToSend(s.bucket, s.originRate, now)
+		}
+		if t := now.Add(wait); wait > 0 && t.After(held) {
+			held = t
+		}
+		out[i] = held
 	}
-	var held time.Time
-	if s.cfg.PausedUntil.After(now) {
-		held = s.cfg.PausedUntil
-	}
-	if limit, until := d.limitLocked(s, now); limit == 0 && until.After(held) {
-		held = until
-	}
-	var wait time.Duration
-	if d.laneLocked(s, &ledger.Claimed{EventType: eventType}, now) == ledger.LaneEdge {
-		wait = bucket.Wait(s.edgeBucket, s.edgeRate, now)
-	} else {
-		wait = bucket.WaitToSend(s.bucket, s.originRate, now)
-	}
-	if t := now.Add(wait); wait > 0 && t.After(held) {
-		held = t
-	}
-	return held
+	return out
 }
 
 // Quiet reports whether the dispatcher is waiting with nothing in progress:

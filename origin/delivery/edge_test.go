@@ -554,7 +554,7 @@ func TestADeferralHoldsTheEdgeLaneOnlyUntilTheWorkersTime(t *testing.T) {
 	b.send("m", "video.view_milestone", 1)
 	b.step(100*time.Millisecond, 50*time.Millisecond)
 	// Deferred: the API shows the Worker's time as the soonest it can go.
-	if held := b.d.HeldUntil("s", "video.view_milestone").Sub(start); held < 1900*time.Millisecond || held > 2*time.Second {
+	if held := b.d.HeldUntil([]Held{{"s", "video.view_milestone"}})[0].Sub(start); held < 1900*time.Millisecond || held > 2*time.Second {
 		t.Errorf("after the deferral the snapshot holds it until +%v; want the Worker's +2s", held)
 	}
 	b.step(5*time.Second, 50*time.Millisecond)
@@ -733,10 +733,10 @@ func TestHeldUntilIsPerLane(t *testing.T) {
 	if d := deliveryOf(t, b, "m-0"); d.Deferrals != 1 {
 		t.Fatalf("m-0: %d deferrals, want 1", d.Deferrals)
 	}
-	if held := b.d.HeldUntil("both", "video.view_milestone").Sub(start); held < 900*time.Millisecond || held > time.Second {
+	if held := b.d.HeldUntil([]Held{{"both", "video.view_milestone"}})[0].Sub(start); held < 900*time.Millisecond || held > time.Second {
 		t.Errorf("the deferred milestone is held until +%v; want the Worker's +1s", held)
 	}
-	if held := b.d.HeldUntil("both", "video.trending"); !held.IsZero() {
+	if held := b.d.HeldUntil([]Held{{"both", "video.trending"}})[0]; !held.IsZero() {
 		t.Errorf("a trending delivery is held until %v; the origin lane has its token", held.Sub(start))
 	}
 }
