@@ -146,11 +146,15 @@ func dashes(msg string) string {
 	return msg
 }
 
-// strayArg describes an argument no command takes, without repeating one
-// that looks like a secret or a token: the line may end up in a log.
+// strayArg describes an argument no command takes. Only one that reads
+// as a mistyped word (a command, a flag's name) is repeated: anything else
+// may be a secret or a token, of any form, and the line may end up in a log.
 func strayArg(arg string) string {
-	if strings.HasPrefix(arg, "whsec_") || strings.HasPrefix(arg, tokenPrefix) {
+	if !plainWord.MatchString(arg) {
 		return "unexpected argument (not shown: it may be a secret; flags start with --)"
 	}
 	return fmt.Sprintf("unexpected argument %q", arg)
 }
+
+// plainWord is a short word of lowercase letters and dashes.
+var plainWord = regexp.MustCompile(`^[a-z][a-z-]{0,23}$`)

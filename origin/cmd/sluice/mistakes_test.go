@@ -27,6 +27,8 @@ func TestMistakesAreOneLineUsageErrors(t *testing.T) {
 		// token or a chosen API token has no telltale prefix.
 		{"any token given to the wrong flag", nil, []string{"edge", "status", "--cf-retries", "cfTok\"en-0123456789"}, "flag --cf-retries"},
 		{"a flag without its value", nil, []string{"migrate", "--db"}, "flag needs an argument: --db"},
+		{"a stray token of no telltale form", nil, []string{"stats", "--json", "cfTok0123456789"}, "not shown"},
+		{"a stray word", nil, []string{"stats", "totals"}, `unexpected argument "totals"`},
 		{"a token with a newline inside", map[string]string{"SLUICE_API_TOKEN": "sk_abc\ndef"}, []string{"stats"}, "control character"},
 		{"a port out of range", nil, []string{"stats", "--url", "http://127.0.0.1:99999"}, "no valid port"},
 	}
