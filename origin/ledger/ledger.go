@@ -68,8 +68,9 @@ type Ledger struct {
 	window windows
 	prune  pruner
 
-	countsMu  sync.Mutex // guards the last Counts answer and countsGen
-	countsGen int        // moves when a subscriber is removed
+	countsMu  sync.Mutex // guards the last Counts answer, the one under way and countsGen
+	counting  *countRun
+	countsGen int // moves when a subscriber is removed
 	// committing is held from a batch's COMMIT through its after-commit
 	// steps; Counts holds it while it fixes its read snapshot and copies
 	// the in-memory sent totals, so the two show the same moment.
@@ -143,10 +144,16 @@ func dsn(path string, r role) string {
 
 // uriPath escapes what SQLite's file: URIs read as their own in a path:
 // with "a#b.db" or "a?b.db" as --db, SQLite would open "a" while the lock
-// is on the whole name. The path is cleaned first: "//tmp/x.db" would be
-// read as a URI authority.
+// is on the whole name. An absolute path gets an empty authority first
+// ("file:///tmp/x.db"), or "//tmp/x.db" would be read as one. The path is
+// not cleaned: the kernel resolves "link/.." through the link, as the lock
+// does, and a cleaned path could name another file.
 func uriPath(path string) string {
-	return strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.Clean(path))
+	escaped := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	if strings.HasPrefix(path, "/") {
+		return "//" + escaped
+	}
+	return escaped
 }
 
 // Open opens (creating it and its folder if needed) the ledger at path,
@@ -163,10 +170,16 @@ func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		lock.release()
-		return nil, err
+	// Absolute, but not cleaned: filepath.Abs would drop "link/.." as
+	// text, and Ping would look at another file than the one held.
+	abs := path
+	if !filepath.IsAbs(path) {
+		wd, err := os.Getwd()
+		if err != nil {
+			lock.release()
+			return nil, err
+		}
+		abs = wd + string(filepath.Separator) + path
 	}
 	l := &Ledger{now: o.Now, path: abs, lock: lock, ops: make(chan op, 1024), quit: make(chan struct{}), done: make(chan struct{}),
 		checkpointed: make(chan struct{})}

@@ -1035,3 +1035,63 @@ func TestACountBetweenACommitAndItsTotalsWaits(t *testing.T) {
 		t.Errorf("a count between the commit and its totals: %+v; want 6 in all", s)
 	}
 }
+
+// A --db path through a symlinked folder and ".." names the file the
+// kernel resolves, for SQLite as for the lock: read as text, "link/.."
+// would be another folder.
+func TestAPathThroughALinkAndDotDotIsTheLockedFile(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	for _, d := range []string{filepath.Join(base, "real", "sub"), filepath.Join(base, "work")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(base, "real", "sub"), filepath.Join(base, "work", "link")); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(context.Background(), filepath.Join(base, "work", "link")+"/../x.db", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addSubscriber(t, l, "s", "*")
+	if err := l.Ping(context.Background()); err != nil {
+		t.Errorf("Ping: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "work", "x.db")); err == nil {
+		t.Error("SQLite wrote work/x.db, beside the link, not the locked real/x.db")
+	}
+	if st, err := os.Stat(filepath.Join(base, "real", "x.db")); err != nil || st.Size() == 0 || st.Mode().Perm() != 0o600 {
+		t.Errorf("real/x.db: %v, %v; want the ledger, its owner's alone", st, err)
+	}
+}
+
+// Counts at once over stale totals share one count: one recount in the
+// write loop, not one each.
+func TestConcurrentCountsShareOneCount(t *testing.T) {
+	t.Parallel()
+	l, clock, _ := open(t)
+	ctx := context.Background()
+	addSubscriber(t, l, "s", "*")
+	clock.Advance(countsTTL)
+	l.staleSent()
+	openGate, inFirst := make(chan struct{}), make(chan struct{})
+	go l.write(ctx, func(context.Context, *writer) error { close(inFirst); <-openGate; return nil })
+	<-inFirst
+	done := make(chan error, 3)
+	for range 3 {
+		go func() { _, err := l.Counts(ctx); done <- err }()
+	}
+	waitQueued(t, l, 1)
+	time.Sleep(100 * time.Millisecond) // give the others the time to queue theirs, were they to
+	if n := len(l.ops); n != 1 {
+		t.Errorf("%d recounts queued for 3 concurrent counts, want 1", n)
+	}
+	close(openGate)
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

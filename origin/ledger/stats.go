@@ -143,25 +143,49 @@ func (l *Ledger) staleSent() {
 func (l *Ledger) Counts(ctx context.Context) (map[string]*SubscriberStats, error) {
 	// countsMu is not held while counting: the count waits on the write
 	// loop (committing, a recount), whose after-commit steps take countsMu
-	// to drop a removed subscriber's share.
+	// to drop a removed subscriber's share. Callers that come while a
+	// count runs wait for its answer on a channel instead.
 	l.countsMu.Lock()
 	if l.counts != nil && l.now().Sub(l.countsAt) < countsTTL {
 		out := copyStats(l.counts)
 		l.countsMu.Unlock()
 		return out, nil
 	}
+	if run := l.counting; run != nil {
+		l.countsMu.Unlock()
+		select {
+		case <-run.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if run.err == nil {
+			return copyStats(run.out), nil
+		}
+		return l.count(ctx) // its caller's failure (a cancelled request) need not be ours
+	}
+	run := &countRun{done: make(chan struct{})}
+	l.counting = run
 	gen := l.countsGen
 	l.countsMu.Unlock()
-	out, err := l.count(ctx)
-	if err != nil {
-		return nil, err
-	}
+	run.out, run.err = l.count(ctx)
 	l.countsMu.Lock()
-	if l.countsGen == gen { // no subscriber removed meanwhile
-		l.counts, l.countsAt = out, l.now()
+	if run.err == nil && l.countsGen == gen { // no subscriber removed meanwhile
+		l.counts, l.countsAt = run.out, l.now()
 	}
+	l.counting = nil
 	l.countsMu.Unlock()
-	return copyStats(out), nil
+	close(run.done)
+	if run.err != nil {
+		return nil, run.err
+	}
+	return copyStats(run.out), nil
+}
+
+// countRun is a count under way, whose answer later callers share.
+type countRun struct {
+	done chan struct{}
+	out  map[string]*SubscriberStats
+	err  error
 }
 
 // count is Counts without the sharing.
