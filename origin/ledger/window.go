@@ -113,28 +113,13 @@ func (w *windows) forget(id string) {
 // fill sums each subscriber's slots that start at or after since (to the
 // slot: up to slotWidth more than asked) and fills the window fields of out.
 func (w *windows) fill(out map[string]*SubscriberStats, since, now time.Time) {
-	if now.Sub(since) > maxWindow {
-		since = now.Add(-maxWindow)
-	}
-	from := since.UnixNano() / int64(slotWidth)
+	from := fromSlot(since, now)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for id, ring := range w.subs {
-		var hist [latencySlots]uint64
-		st := SubscriberStats{}
-		for i := range ring {
-			s := &ring[i]
-			if s.n < from || s.n == 0 {
-				continue
-			}
-			st.Attempts += s.attempts
-			st.Successes += s.successes
-			st.Delivered += s.delivered
-			for b, c := range s.latency {
-				hist[b] += uint64(c)
-			}
-		}
-		if st.Attempts == 0 && st.Delivered == 0 {
+		var sum windowSum
+		sum.add(ring, from)
+		if sum.st.Attempts == 0 && sum.st.Delivered == 0 {
 			continue
 		}
 		o, ok := out[id]
@@ -142,39 +127,59 @@ func (w *windows) fill(out map[string]*SubscriberStats, since, now time.Time) {
 			o = &SubscriberStats{}
 			out[id] = o
 		}
-		o.Attempts, o.Successes, o.Delivered = st.Attempts, st.Successes, st.Delivered
-		o.P50 = histPercentile(&hist, st.Delivered, 0.50)
-		o.P99 = histPercentile(&hist, st.Delivered, 0.99)
+		st := sum.stats()
+		o.Attempts, o.Successes, o.Delivered, o.P50, o.P99 = st.Attempts, st.Successes, st.Delivered, st.P50, st.P99
 	}
 }
 
 // total sums every subscriber's slots that start at or after since, as
 // fill does for each: the window of all deliveries together.
 func (w *windows) total(since, now time.Time) SubscriberStats {
+	from := fromSlot(since, now)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var sum windowSum
+	for _, ring := range w.subs {
+		sum.add(ring, from)
+	}
+	return sum.stats()
+}
+
+// fromSlot is the first slot of the window since since, at most maxWindow.
+func fromSlot(since, now time.Time) int64 {
 	if now.Sub(since) > maxWindow {
 		since = now.Add(-maxWindow)
 	}
-	from := since.UnixNano() / int64(slotWidth)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var hist [latencySlots]uint64
-	var st SubscriberStats
-	for _, ring := range w.subs {
-		for i := range ring {
-			s := &ring[i]
-			if s.n < from || s.n == 0 {
-				continue
-			}
-			st.Attempts += s.attempts
-			st.Successes += s.successes
-			st.Delivered += s.delivered
-			for b, c := range s.latency {
-				hist[b] += uint64(c)
-			}
+	return since.UnixNano() / int64(slotWidth)
+}
+
+// windowSum adds up slots: counts and the latency histogram.
+type windowSum struct {
+	st   SubscriberStats
+	hist [latencySlots]uint64
+}
+
+// add adds the ring's slots from slot from on.
+func (w *windowSum) add(ring *[windowSlots]slot, from int64) {
+	for i := range ring {
+		s := &ring[i]
+		if s.n < from || s.n == 0 {
+			continue
+		}
+		w.st.Attempts += s.attempts
+		w.st.Successes += s.successes
+		w.st.Delivered += s.delivered
+		for b, c := range s.latency {
+			w.hist[b] += uint64(c)
 		}
 	}
-	st.P50 = histPercentile(&hist, st.Delivered, 0.50)
-	st.P99 = histPercentile(&hist, st.Delivered, 0.99)
+}
+
+// stats is the sum with its percentiles.
+func (w *windowSum) stats() SubscriberStats {
+	st := w.st
+	st.P50 = histPercentile(&w.hist, st.Delivered, 0.50)
+	st.P99 = histPercentile(&w.hist, st.Delivered, 0.99)
 	return st
 }
 
