@@ -760,16 +760,7 @@ func TestStatsCountsAddUp(t *testing.T) {
 	t.Parallel()
 	l, clock, _ := open(t)
 	ctx := context.Background()
-	addSubscriber(t, l, "s", "*")
-	for i := range 6 {
-		if _, err := l.Enqueue(ctx, []NewEvent{{ID: fmt.Sprintf("e%d", i), Type: "t", Body: []byte(`{}`)}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 4, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sent := sixWithFourToSend(t, l, clock)
 	sum := func() int {
 		st, err := l.Stats(ctx, clock.Now().Add(-5*time.Minute))
 		if err != nil {
@@ -780,11 +771,6 @@ func TestStatsCountsAddUp(t *testing.T) {
 	}
 	if n := sum(); n != 6 {
 		t.Fatalf("counts add up to %d, want 6", n)
-	}
-	var sent []Result
-	for _, c := range res[0].Deliveries {
-		sent = append(sent, Result{Seq: c.Seq, SubscriberID: "s", Status: StatusSent,
-			Attempt: &Attempt{Number: 1, At: clock.Now(), Lane: LaneOrigin, StatusCode: 200}})
 	}
 	if err := l.Record(ctx, sent, nil); err != nil {
 		t.Fatal(err)
@@ -801,28 +787,12 @@ func TestStatsCountsDuringACommitAddUp(t *testing.T) {
 	t.Parallel()
 	l, clock, _ := open(t)
 	ctx := context.Background()
-	addSubscriber(t, l, "s", "*")
-	for i := range 6 {
-		if _, err := l.Enqueue(ctx, []NewEvent{{ID: fmt.Sprintf("e%d", i), Type: "t", Body: []byte(`{}`)}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 4, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sent := sixWithFourToSend(t, l, clock)
 	queued := func(n int) { waitQueued(t, l, n) }
 	// Hold the write loop, queue the sent marks and an op behind them, and
 	// let the batch run up to that op: the marks have run, the batch has
 	// not committed.
-	openGate, inFirst := make(chan struct{}), make(chan struct{})
-	go l.write(ctx, func(context.Context, *writer) error { close(inFirst); <-openGate; return nil })
-	<-inFirst
-	var sent []Result
-	for _, c := range res[0].Deliveries {
-		sent = append(sent, Result{Seq: c.Seq, SubscriberID: "s", Status: StatusSent,
-			Attempt: &Attempt{Number: 1, At: clock.Now(), Lane: LaneOrigin, StatusCode: 200}})
-	}
+	openGate := holdWriteLoop(l)
 	recorded := make(chan error, 1)
 	go func() { recorded <- l.Record(ctx, sent, nil) }()
 	queued(1)
@@ -899,9 +869,7 @@ func TestACountBesideARemovalFinishes(t *testing.T) {
 	l, clock, _ := open(t)
 	ctx := context.Background()
 	addSubscriber(t, l, "s", "*")
-	openGate, inFirst := make(chan struct{}), make(chan struct{})
-	go l.write(ctx, func(context.Context, *writer) error { close(inFirst); <-openGate; return nil })
-	<-inFirst
+	openGate := holdWriteLoop(l)
 	afterGate, inAfter := make(chan struct{}), make(chan struct{})
 	go l.write(ctx, func(_ context.Context, w *writer) error {
 		w.after = append(w.after, func() { close(inAfter); <-afterGate })
@@ -937,25 +905,9 @@ func TestARecountBesideSentMarksCountsThemOnce(t *testing.T) {
 	t.Parallel()
 	l, clock, _ := open(t)
 	ctx := context.Background()
-	addSubscriber(t, l, "s", "*")
-	for i := range 6 {
-		if _, err := l.Enqueue(ctx, []NewEvent{{ID: fmt.Sprintf("e%d", i), Type: "t", Body: []byte(`{}`)}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 4, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sent := sixWithFourToSend(t, l, clock)
 	l.staleSent() // as after a batch that rolled back
-	openGate, inFirst := make(chan struct{}), make(chan struct{})
-	go l.write(ctx, func(context.Context, *writer) error { close(inFirst); <-openGate; return nil })
-	<-inFirst
-	var sent []Result
-	for _, c := range res[0].Deliveries {
-		sent = append(sent, Result{Seq: c.Seq, SubscriberID: "s", Status: StatusSent,
-			Attempt: &Attempt{Number: 1, At: clock.Now(), Lane: LaneOrigin, StatusCode: 200}})
-	}
+	openGate := holdWriteLoop(l)
 	recorded := make(chan error, 1)
 	go func() { recorded <- l.Record(ctx, sent, nil) }()
 	waitQueued(t, l, 1)
@@ -986,19 +938,8 @@ func TestACountBetweenACommitAndItsTotalsWaits(t *testing.T) {
 	t.Parallel()
 	l, clock, _ := open(t)
 	ctx := context.Background()
-	addSubscriber(t, l, "s", "*")
-	for i := range 6 {
-		if _, err := l.Enqueue(ctx, []NewEvent{{ID: fmt.Sprintf("e%d", i), Type: "t", Body: []byte(`{}`)}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 4, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	openGate, inFirst := make(chan struct{}), make(chan struct{})
-	go l.write(ctx, func(context.Context, *writer) error { close(inFirst); <-openGate; return nil })
-	<-inFirst
+	sent := sixWithFourToSend(t, l, clock)
+	openGate := holdWriteLoop(l)
 	// The next batch: an op whose after-commit step holds, then the marks.
 	afterGate, inAfter := make(chan struct{}), make(chan struct{})
 	go l.write(ctx, func(_ context.Context, w *writer) error {
@@ -1006,11 +947,6 @@ func TestACountBetweenACommitAndItsTotalsWaits(t *testing.T) {
 		return nil
 	})
 	waitQueued(t, l, 1)
-	var sent []Result
-	for _, c := range res[0].Deliveries {
-		sent = append(sent, Result{Seq: c.Seq, SubscriberID: "s", Status: StatusSent,
-			Attempt: &Attempt{Number: 1, At: clock.Now(), Lane: LaneOrigin, StatusCode: 200}})
-	}
 	recorded := make(chan error, 1)
 	go func() { recorded <- l.Record(ctx, sent, nil) }()
 	waitQueued(t, l, 2)
@@ -1076,9 +1012,7 @@ func TestConcurrentCountsShareOneCount(t *testing.T) {
 	addSubscriber(t, l, "s", "*")
 	clock.Advance(countsTTL)
 	l.staleSent()
-	openGate, inFirst := make(chan struct{}), make(chan struct{})
-	go l.write(ctx, func(context.Context, *writer) error { close(inFirst); <-openGate; return nil })
-	<-inFirst
+	openGate := holdWriteLoop(l)
 	done := make(chan error, 3)
 	for range 3 {
 		go func() { _, err := l.Counts(ctx); done <- err }()
@@ -1094,4 +1028,36 @@ func TestConcurrentCountsShareOneCount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// sixWithFourToSend gives subscriber "s" (for every type) six deliveries,
+// claims four, and returns the results that mark those four sent.
+func sixWithFourToSend(t *testing.T, l *Ledger, clock *fakeclock.Clock) []Result {
+	t.Helper()
+	ctx := context.Background()
+	addSubscriber(t, l, "s", "*")
+	for i := range 6 {
+		if _, err := l.Enqueue(ctx, []NewEvent{{ID: fmt.Sprintf("e%d", i), Type: "t", Body: []byte(`{}`)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := l.Claim(ctx, []ClaimRequest{{SubscriberID: "s", Max: 4, Now: clock.Now(), LeaseUntil: clock.Now().Add(time.Minute)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent []Result
+	for _, c := range res[0].Deliveries {
+		sent = append(sent, Result{Seq: c.Seq, SubscriberID: "s", Status: StatusSent,
+			Attempt: &Attempt{Number: 1, At: clock.Now(), Lane: LaneOrigin, StatusCode: 200}})
+	}
+	return sent
+}
+
+// holdWriteLoop holds the write loop in a batch of one op until the
+// returned channel closes, so the ops queued meanwhile make the next batch.
+func holdWriteLoop(l *Ledger) chan struct{} {
+	release, in := make(chan struct{}), make(chan struct{})
+	go l.write(context.Background(), func(context.Context, *writer) error { close(in); <-release; return nil })
+	<-in
+	return release
 }
