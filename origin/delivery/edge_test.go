@@ -307,21 +307,9 @@ func TestSavedBucketsNeedTheSameLanes(t *testing.T) {
 func TestTheWorkersReturnAddsNoBurst(t *testing.T) {
 	t.Parallel()
 	w, mb := startWorker(t)
-	target, err := url.Parse(w.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var failing atomic.Bool
 	failing.Store(true)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	gate := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		if failing.Load() {
-			http.Error(rw, `{"error":{"code":"down","message":"down"}}`, http.StatusBadGateway)
-			return
-		}
-		proxy.ServeHTTP(rw, r)
-	}))
-	t.Cleanup(gate.Close)
+	gate := gatedWorker(t, w, failing.Load)
 	b := setupOnFakeClock(t, gate.URL, mb)
 	rc := newReceiver(t, b.clock, nil)
 	rate := ledger.Rate{PerSecond: 2, Burst: 2, EdgeShare: 0.5}
@@ -660,21 +648,9 @@ func TestTheSnapshotsTokensAreTheLanesItSendsBy(t *testing.T) {
 func TestASubscriberCreatedDuringAnOutageGetsOneBurst(t *testing.T) {
 	t.Parallel()
 	w, mb := startWorker(t)
-	target, err := url.Parse(w.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var failing atomic.Bool
 	failing.Store(true)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	gate := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		if failing.Load() {
-			http.Error(rw, `{"error":{"code":"down","message":"down"}}`, http.StatusBadGateway)
-			return
-		}
-		proxy.ServeHTTP(rw, r)
-	}))
-	t.Cleanup(gate.Close)
+	gate := gatedWorker(t, w, failing.Load)
 	b := setupOnFakeClock(t, gate.URL, mb)
 	other := newReceiver(t, b.clock, nil)
 	b.subscriber("first", other.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"video.view_milestone"} })
@@ -746,22 +722,15 @@ func TestHeldUntilIsPerLane(t *testing.T) {
 func TestALaneFailureKeepsTheDeliverysPlace(t *testing.T) {
 	t.Parallel()
 	w, mb := startWorker(t)
-	target, err := url.Parse(w.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
 	var calls atomic.Int32
 	fail := make(chan struct{})
-	gate := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+	gate := gatedWorker(t, w, func() bool {
 		if calls.Add(1) == 1 { // the first request fails, when the test says
 			<-fail
-			http.Error(rw, `{"error":{"code":"down","message":"down"}}`, http.StatusBadGateway)
-			return
+			return true
 		}
-		proxy.ServeHTTP(rw, r)
-	}))
-	t.Cleanup(gate.Close)
+		return false
+	})
 	b := setupOnFakeClock(t, gate.URL, mb)
 	rc := newReceiver(t, b.clock, nil)
 	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) {
@@ -781,4 +750,25 @@ func TestALaneFailureKeepsTheDeliverysPlace(t *testing.T) {
 			t.Errorf("m-%d went at +%v, before m-0 at +%v, whose lane request had failed", i, d.SentAt.Sub(t0), first.SentAt.Sub(t0))
 		}
 	}
+}
+
+// gatedWorker is a gate in front of the Worker at w: a request for which
+// fails says true is answered 502, as a failing lane would; the others
+// pass through.
+func gatedWorker(t *testing.T, w *httptest.Server, fails func() bool) *httptest.Server {
+	t.Helper()
+	target, err := url.Parse(w.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	gate := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if fails() {
+			http.Error(rw, `{"error":{"code":"down","message":"down"}}`, http.StatusBadGateway)
+			return
+		}
+		proxy.ServeHTTP(rw, r)
+	}))
+	t.Cleanup(gate.Close)
+	return gate
 }
