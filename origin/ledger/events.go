@@ -197,9 +197,7 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent) (EnqueueResult,
 }
 
 // collect runs q and calls each for every row.
-func collect(ctx context.Context, c interface {
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}, q string, args []any, each func(*sql.Rows) error) error {
+func collect(ctx context.Context, c querier, q string, args []any, each func(*sql.Rows) error) error {
 	rows, err := c.QueryContext(ctx, q, args...)
 	return eachRow(rows, err, each)
 }

@@ -62,6 +62,7 @@ func (l *Ledger) recountSent(ctx context.Context, c querier) error {
 	return nil
 }
 
+// querier is a database, a connection or a transaction: what collect reads from.
 type querier interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
 }
