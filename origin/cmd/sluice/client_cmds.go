@@ -426,7 +426,7 @@ func (c *cli) send(ctx context.Context, args []string) error {
 	case f.given("file"):
 		source = "--file"
 		var err error
-		if body, err = c.readFile(*file); err != nil {
+		if body, err = c.readFile(ctx, *file); err != nil {
 			return err
 		}
 	}
@@ -447,21 +447,47 @@ func (c *cli) send(ctx context.Context, args []string) error {
 	return t.flush()
 }
 
-func (c *cli) readFile(path string) ([]byte, error) {
-	var b []byte
-	var err error
+// readFile reads the event for --file. The read runs beside ctx, so a
+// signal ends a command waiting on a terminal or a pipe that never closes;
+// anything that cannot be read is the caller's mistake (exit 2), since no
+// request was made.
+func (c *cli) readFile(ctx context.Context, path string) ([]byte, error) {
+	var r io.Reader
 	if path == "-" {
 		if c.stdin == nil {
 			return nil, fmt.Errorf("--file -: no standard input: %w", errUsage)
 		}
-		b, err = io.ReadAll(c.stdin)
+		r = c.stdin
 	} else {
-		b, err = os.ReadFile(path)
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("--file %s: %w: %w", path, err, errUsage)
+		}
+		defer f.Close()
+		r = f
 	}
-	if err != nil {
-		return nil, fmt.Errorf("--file %s: %w", path, err)
+	type read struct {
+		b   []byte
+		err error
 	}
-	return b, nil
+	done := make(chan read, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(r, maxByteSize+1))
+		done <- read{b, err}
+	}()
+	select {
+	case <-ctx.Done():
+		return nil, fmt.Errorf("--file %s: %w", path, ctx.Err())
+	case got := <-done:
+		switch {
+		case got.err != nil:
+			return nil, fmt.Errorf("--file %s: %w: %w", path, got.err, errUsage)
+		case len(got.b) > maxByteSize:
+			limit := byteSize(maxByteSize)
+			return nil, fmt.Errorf("--file %s: larger than %s, the most a server takes: %w", path, limit.String(), errUsage)
+		}
+		return got.b, nil
+	}
 }
 
 // eventBody adds type and id (when given) to the JSON object obj. An object

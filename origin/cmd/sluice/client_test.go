@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unicode"
@@ -739,8 +740,27 @@ func TestSendBody(t *testing.T) {
 	}
 	// --file - reads standard input.
 	c := &cli{stdin: strings.NewReader(`{"type":"from.stdin"}`)}
-	if b, err := c.readFile("-"); err != nil || string(b) != `{"type":"from.stdin"}` {
+	if b, err := c.readFile(t.Context(), "-"); err != nil || string(b) != `{"type":"from.stdin"}` {
 		t.Errorf("readFile(-) = %s, %v", b, err)
+	}
+}
+
+// A signal ends a send waiting on an input that never ends, and a file that
+// cannot be read is a usage error: no request was made.
+func TestSendFileStopsOnSignalAndMissingIsUsage(t *testing.T) {
+	t.Parallel()
+	r, w := io.Pipe()
+	t.Cleanup(func() { w.Close() })
+	ctx, cancel := context.WithCancelCause(t.Context())
+	cancel(signalled{syscall.SIGTERM})
+	c := &cli{stdin: r}
+	_, err := c.readFile(ctx, "-")
+	if got := exitStatusAfter(err, context.Cause(ctx)); got != 143 {
+		t.Errorf("readFile(-) of a pipe that never ends, after SIGTERM: %v, exit %d; want 143", err, got)
+	}
+	_, err = c.readFile(t.Context(), filepath.Join(t.TempDir(), "missing.json"))
+	if err == nil || exitStatus(err) != 2 {
+		t.Errorf("readFile of a missing file: %v; want a usage error (exit 2)", err)
 	}
 }
 
