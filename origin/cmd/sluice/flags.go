@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // errUsage marks a command-line mistake (exit status 2).
@@ -59,12 +60,12 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 		}
 		if v := getenv(envName(f.Name)); v != "" {
 			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, errors.New(withoutValues(fmt.Sprintf("%s: %v", envName(f.Name), err))))
+				errs = append(errs, errors.New(wanted(withoutValues(fmt.Sprintf("%s: %v", envName(f.Name), err)), f)))
 			}
 		}
 	})
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", errors.Join(errs...), errUsage)
+		return fmt.Errorf("%w (see sluice %s --help): %w", errors.Join(errs...), fs.Name(), errUsage)
 	}
 	return nil
 }
@@ -124,7 +125,41 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		usage()
 		return err
 	}
-	return fmt.Errorf("%s (see sluice %s --help): %w", withoutValues(dashes(err.Error())), fs.Name(), errUsage)
+	msg := withoutValues(dashes(err.Error()))
+	if m := badValue.FindStringSubmatch(msg); m != nil {
+		msg = wanted(msg, fs.Lookup(m[1]))
+	}
+	return fmt.Errorf("%s (see sluice %s --help): %w", msg, fs.Name(), errUsage)
+}
+
+// badValue finds the flag in the flag package's "invalid value … for flag
+// --name: …" (and "invalid boolean value … for --name: …").
+var badValue = regexp.MustCompile(`for (?:flag )?--([A-Za-z0-9-]+): `)
+
+// wanted replaces the flag package's bare "parse error" in msg with the
+// form f takes, so a mistake says how to put it right.
+func wanted(msg string, f *flag.Flag) string {
+	if f == nil || !strings.HasSuffix(msg, "parse error") {
+		return msg
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return msg
+	}
+	var want string
+	switch g.Get().(type) {
+	case time.Duration:
+		want = "want a duration such as 500ms, 30s or 2m"
+	case bool:
+		want = "want true or false"
+	case int, int64, uint, uint64:
+		want = "want a whole number"
+	case float64:
+		want = "want a number"
+	default:
+		return msg
+	}
+	return strings.TrimSuffix(msg, "parse error") + want
 }
 
 // quoted is a Go-quoted string, escaped quotes and all.

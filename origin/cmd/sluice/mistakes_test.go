@@ -21,6 +21,12 @@ func TestMistakesAreOneLineUsageErrors(t *testing.T) {
 		{"a stray secret to serve", nil, []string{"serve", "--edge-url", "http://127.0.0.1:9", secret}, "not shown: it may be a secret"},
 		{"a stray token to migrate", nil, []string{"migrate", "sk_0123456789abcdef"}, "not shown: it may be a secret"},
 		{"an empty --db", nil, []string{"migrate", "--db", ""}, "--db must name a file"},
+		{"a blank --db to serve", nil, []string{"serve", "--db", " "}, "--db must name a file"},
+		{"a duration without its unit", nil, []string{"serve", "--retry-base", "5"}, "--retry-base: want a duration such as 500ms"},
+		{"a number where a duration goes, from the environment", map[string]string{"SLUICE_BREAKER_COOLDOWN": "60"}, []string{"serve"},
+			"SLUICE_BREAKER_COOLDOWN: want a duration such as 500ms, 30s or 2m (see sluice serve --help)"},
+		{"a word where a boolean goes", map[string]string{"SLUICE_ALLOW_PRIVATE_ENDPOINTS": "yes"}, []string{"serve"}, "want true or false"},
+		{"a fraction where a whole number goes", nil, []string{"serve", "--workers", "1.5"}, "--workers: want a whole number"},
 		{"a secret given to the wrong flag", nil, []string{"edge", "put-secret", "--cf-retries", secret}, "flag --cf-retries"},
 		{"a token in a bad environment value", map[string]string{"SLUICE_WORKERS": "sk_0123456789abcdef"}, []string{"serve"}, "SLUICE_WORKERS"},
 		// Any value, not only one that looks like a secret: a Cloudflare

@@ -66,6 +66,9 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 
 func (c *serveConfig) validate() error {
 	var errs []error
+	if strings.TrimSpace(c.db) == "" {
+		errs = append(errs, errors.New("--db must name a file"))
+	}
 	if c.workers < 1 {
 		errs = append(errs, errors.New("--workers must be at least 1"))
 	}
