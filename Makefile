@@ -4,7 +4,9 @@ GO      ?= go
 BIN     := bin/sluice
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
-DB      ?= ./data/sluice.db
+# DB, when set (make run DB=…), is passed as --db; otherwise serve reads
+# SLUICE_DB or takes its default, ./data/sluice.db.
+DB      =
 
 .PHONY: build run test test-go test-deps vet fmt-check bench clean
 
@@ -12,7 +14,7 @@ build: ## build the origin binary into bin/sluice (static, no cgo)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./origin/cmd/sluice
 
 run: build ## build and serve on the embedded default (SQLite at ./data/sluice.db)
-	$(BIN) serve --db $(DB)
+	$(BIN) serve $(if $(DB),--db $(DB))
 
 # run-one runs the one test $(1), built with tag $(2), in package $(3), and
 # fails when there is no such test: a renamed test must not pass by running
