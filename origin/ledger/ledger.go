@@ -246,7 +246,7 @@ func lockDatabase(path string) (*dbLock, error) {
 		return nil, err
 	}
 	if err := refuseForeign(path); err != nil {
-		lock.release()
+		lock.discard()
 		return nil, err
 	}
 	// The file holds every subscriber's secret: only its owner may read it,

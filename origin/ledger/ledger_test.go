@@ -752,6 +752,9 @@ func TestOpenLeavesAForeignDatabaseAsItWas(t *testing.T) {
 	if _, err := os.Stat(path + "-wal"); err == nil {
 		t.Error("the refused file was put in WAL mode")
 	}
+	if _, err := os.Stat(path + ".lock"); err == nil {
+		t.Error("the refusal left a .lock file beside it")
+	}
 }
 
 // A subscriber's counts add up to its deliveries, even when they are read

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -26,6 +27,8 @@ type dbLock struct {
 	// strays are descriptors of this file opened by refused locks that
 	// found it held only once open: closed with the lock, never before.
 	strays []*os.File
+	// made are the side files this lock created, removed by discard.
+	made []string
 }
 
 // fileID names a file whatever the path to it.
@@ -89,7 +92,11 @@ func lockDatabaseFile(path string) (*dbLock, error) {
 		sides = append(sides, target+".lock")
 	}
 	for _, side := range sides {
+		_, statErr := os.Lstat(side)
 		lf, err := os.OpenFile(side, os.O_RDWR|os.O_CREATE, 0o600)
+		if err == nil && errors.Is(statErr, fs.ErrNotExist) {
+			l.made = append(l.made, side)
+		}
 		if err == nil && l.lockedSide(lf) {
 			// The same side file by another spelling ("./data", a
 			// symlinked folder): a second flock of it would meet the first.
@@ -152,6 +159,18 @@ func flock(f *os.File) error {
 		return fmt.Errorf("lock database: %w", err)
 	}
 	return nil
+}
+
+// discard is release for a file Open refused: the side files this lock
+// created go too, so a refusal leaves nothing beside the file.
+func (l *dbLock) discard() {
+	if l == nil {
+		return
+	}
+	for _, side := range l.made {
+		os.Remove(side)
+	}
+	l.release()
 }
 
 // release drops the lock (closing a descriptor drops its flock). SQLite
