@@ -1076,8 +1076,9 @@ func TestPatchMayRepeatTheID(t *testing.T) {
 }
 
 // A PATCH that moves the rate without a burst gives it twice the new rate,
-// as a create does, when the burst was twice the old one: a subscriber
-// moved from 50/s to 2/s keeps no burst of 100; one set on its own stays.
+// as a create does, when the burst was never set: a subscriber moved from
+// 50/s to 2/s keeps no burst of 100. One set on its own stays, even when it
+// happens to be twice the rate.
 func TestPatchedRateBringsItsBurst(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -1099,6 +1100,20 @@ func TestPatchedRateBringsItsBurst(t *testing.T) {
 	b.do(t, "PATCH", "/v1/subscribers/r", `{"rate":{"per_second":10}}`, http.StatusOK, &s)
 	if s.Rate != (rateJSON{PerSecond: 10, Burst: 7}) {
 		t.Errorf("after PATCH per_second 10 over a burst of 7 set on its own: rate %+v, want the burst kept", s.Rate)
+	}
+	for _, c := range []struct{ create, patch string }{
+		{`{"id":"given","url":"http://127.0.0.1:9/hook","rate":{"per_second":10,"burst":20}}`, ""},
+		{`{"id":"patched","url":"http://127.0.0.1:9/hook"}`, `{"rate":{"burst":100}}`},
+	} {
+		var in subscriberJSON
+		b.do(t, "POST", "/v1/subscribers", c.create, http.StatusCreated, &in)
+		if c.patch != "" {
+			b.do(t, "PATCH", "/v1/subscribers/"+in.ID, c.patch, http.StatusOK, &in)
+		}
+		b.do(t, "PATCH", "/v1/subscribers/"+in.ID, `{"rate":{"per_second":5}}`, http.StatusOK, &s)
+		if s.Rate != (rateJSON{PerSecond: 5, Burst: in.Rate.Burst}) {
+			t.Errorf("%s: a burst of %v set to twice the rate, then PATCH per_second 5: rate %+v, want the burst kept", in.ID, in.Rate.Burst, s.Rate)
+		}
 	}
 }
 

@@ -90,17 +90,17 @@ func (s *Server) apply(c echo.Context, in subscriberInput, sub *ledger.Subscribe
 	}
 	if r := in.Rate; r != nil {
 		if r.PerSecond != nil {
-			// A rate given without a burst keeps the default's proportion
-			// when the burst was that proportion already (the default, or
-			// derived before): a subscriber moved from 50/s to 2/s is not
-			// left a burst of 100. A burst set on its own stays.
-			if next.Rate.Burst == derivedBurst(next.Rate.PerSecond) {
+			// A burst never set follows the rate, as the default 50/s has
+			// 100: a subscriber moved from 50/s to 2/s is not left a burst
+			// of 100. One the operator set stays, whatever its value.
+			if !next.Rate.BurstGiven {
 				next.Rate.Burst = derivedBurst(*r.PerSecond)
 			}
 			next.Rate.PerSecond = *r.PerSecond
 		}
 		if r.Burst != nil {
 			next.Rate.Burst = *r.Burst
+			next.Rate.BurstGiven = true
 		}
 		if r.EdgeShare != nil {
 			next.Rate.EdgeShare = *r.EdgeShare

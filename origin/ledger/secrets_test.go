@@ -84,15 +84,15 @@ func TestPreviousSecretsAreStored(t *testing.T) {
 	}
 }
 
-// A ledger from before migration 3 kept one previous secret in two columns;
-// the migration carries it, with its grace, into the list.
-func TestMigrationCarriesThePreviousSecretOver(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(t.TempDir(), "old.db")
+// oldLedger writes a database at path as a sluice that knew only the first
+// n migrations left it, with the rows insert adds.
+func oldLedger(t *testing.T, path string, n int, insert string, args ...any) {
+	t.Helper()
 	db, err := sql.Open("sqlite", dsn(path, writerRole))
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer db.Close()
 	all, err := migrations.All()
 	if err != nil {
 		t.Fatal(err)
@@ -105,17 +105,25 @@ func TestMigrationCarriesThePreviousSecretOver(t *testing.T) {
 		}
 	}
 	exec(`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`)
-	for _, m := range all[:2] {
+	for _, m := range all[:n] {
 		exec(m.SQL)
 		exec(`INSERT INTO schema_migrations VALUES (?, ?, 0)`, m.Version, m.Name)
 	}
+	exec(insert, args...)
+}
+
+// A ledger from before migration 3 kept one previous secret in two columns;
+// the migration carries it, with its grace, into the list.
+func TestMigrationCarriesThePreviousSecretOver(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "old.db")
 	until := t0.Add(time.Hour)
-	exec(`INSERT INTO subscribers (id, url, event_types, rate_per_second, rate_burst, max_attempts, timeout_ms, secret,
+	oldLedger(t, path, 2, `INSERT INTO subscribers (id, url, event_types, rate_per_second, rate_burst, max_attempts, timeout_ms, secret,
 		previous_secret, previous_until, created_at, updated_at) VALUES
 		('rotated', 'http://127.0.0.1:1/', '["*"]', 10, 20, 3, 1000, 'whsec_new', 'whsec_old', ?, 0, 0),
 		('plain', 'http://127.0.0.1:1/', '["*"]', 10, 20, 3, 1000, 'whsec_one', '', 0, 0, 0)`, until.UnixMilli())
-	db.Close()
 
+	ctx := context.Background()
 	l, err := Open(ctx, path, Options{Now: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)
@@ -137,5 +145,49 @@ func TestMigrationCarriesThePreviousSecretOver(t *testing.T) {
 	}
 	if len(plain.Previous) != 0 {
 		t.Errorf("a subscriber never rotated has previous secrets %+v", plain.Previous)
+	}
+}
+
+// Before migration 4 only its value told a set burst from one that follows
+// the rate: the migration marks as set every burst that is not twice the
+// rate, and a ledger keeps the mark it is given.
+func TestMigrationMarksTheBurstsThatWereSet(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "old.db")
+	oldLedger(t, path, 3, `INSERT INTO subscribers (id, url, event_types, rate_per_second, rate_burst, max_attempts, timeout_ms, secret,
+		created_at, updated_at) VALUES
+		('derived', 'http://127.0.0.1:1/', '["*"]', 10, 20, 3, 1000, 'whsec_a', 0, 0),
+		('capped', 'http://127.0.0.1:1/', '["*"]', 900000, 1000000, 3, 1000, 'whsec_b', 0, 0),
+		('slow', 'http://127.0.0.1:1/', '["*"]', 0.2, 1, 3, 1000, 'whsec_c', 0, 0),
+		('set', 'http://127.0.0.1:1/', '["*"]', 10, 7, 3, 1000, 'whsec_d', 0, 0)`)
+	ctx := context.Background()
+	l, err := Open(ctx, path, Options{Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for id, want := range map[string]bool{"derived": false, "capped": false, "slow": false, "set": true} {
+		s, err := l.Subscriber(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Rate.BurstGiven != want {
+			t.Errorf("%s (%v/s, burst %v): burst given %v, want %v", id, s.Rate.PerSecond, s.Rate.Burst, s.Rate.BurstGiven, want)
+		}
+	}
+	s := Subscriber{ID: "new", URL: "http://127.0.0.1:1/", EventTypes: []string{"*"}, Rate: Rate{PerSecond: 10, Burst: 20, BurstGiven: true},
+		MaxAttempts: 3, TimeoutMS: 1000, Secret: "whsec_e"}
+	if err := l.CreateSubscriber(ctx, &s); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.Subscriber(ctx, "new"); err != nil || !got.Rate.BurstGiven {
+		t.Errorf("a burst created as set reads back as %+v, %v", got.Rate, err)
+	}
+	got, err := l.UpdateSubscriber(ctx, "new", func(s *Subscriber) { s.Rate.BurstGiven = false })
+	if err != nil || got.Rate.BurstGiven {
+		t.Fatalf("update = %+v, %v", got.Rate, err)
+	}
+	if got, err := l.Subscriber(ctx, "new"); err != nil || got.Rate.BurstGiven {
+		t.Errorf("a burst updated to follow the rate reads back as %+v, %v", got.Rate, err)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/origin/breaker"
 )
 
-const subscriberColumns = `id, url, event_types, rate_per_second, rate_burst, edge_share, max_attempts, timeout_ms,
+const subscriberColumns = `id, url, event_types, rate_per_second, rate_burst, rate_burst_given, edge_share, max_attempts, timeout_ms,
 	secret, previous_secrets, paused, paused_until, breaker_state, breaker_failures,
 	breaker_opened_at, created_at, updated_at`
 
@@ -27,7 +27,7 @@ func scanSubscriber(row scanner) (Subscriber, error) {
 		paused                              bool
 		state                               string
 	)
-	err := row.Scan(&s.ID, &s.URL, &types, &s.Rate.PerSecond, &s.Rate.Burst, &s.Rate.EdgeShare, &s.MaxAttempts,
+	err := row.Scan(&s.ID, &s.URL, &types, &s.Rate.PerSecond, &s.Rate.Burst, &s.Rate.BurstGiven, &s.Rate.EdgeShare, &s.MaxAttempts,
 		&s.TimeoutMS, &s.Secret, &previous, &paused, &pausedUntil, &state,
 		&s.Breaker.Failures, &openedAt, &created, &upd)
 	if err != nil {
@@ -142,9 +142,9 @@ func (l *Ledger) CreateSubscriber(ctx context.Context, s *Subscriber) error {
 		}
 		types, _ := json.Marshal(s.EventTypes)
 		_, err := w.conn.ExecContext(ctx, `INSERT INTO subscribers (id, url, event_types, rate_per_second, rate_burst,
-			edge_share, max_attempts, timeout_ms, secret, paused, breaker_state, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			s.ID, s.URL, string(types), s.Rate.PerSecond, s.Rate.Burst, s.Rate.EdgeShare, s.MaxAttempts, s.TimeoutMS,
+			rate_burst_given, edge_share, max_attempts, timeout_ms, secret, paused, breaker_state, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			s.ID, s.URL, string(types), s.Rate.PerSecond, s.Rate.Burst, s.Rate.BurstGiven, s.Rate.EdgeShare, s.MaxAttempts, s.TimeoutMS,
 			s.Secret, s.Paused, string(s.Breaker.State), ms(w.now), ms(w.now))
 		if err != nil {
 			return err
@@ -181,9 +181,9 @@ func (l *Ledger) UpdateSubscriber(ctx context.Context, id string, change func(*S
 		s.UpdatedAt = fromMS(ms(w.now))
 		types, _ := json.Marshal(s.EventTypes)
 		_, err = w.conn.ExecContext(ctx, `UPDATE subscribers SET url = ?, event_types = ?, rate_per_second = ?,
-			rate_burst = ?, edge_share = ?, max_attempts = ?, timeout_ms = ?, secret = ?, previous_secrets = ?,
-			paused = ?, updated_at = ? WHERE id = ?`,
-			s.URL, string(types), s.Rate.PerSecond, s.Rate.Burst, s.Rate.EdgeShare, s.MaxAttempts, s.TimeoutMS,
+			rate_burst = ?, rate_burst_given = ?, edge_share = ?, max_attempts = ?, timeout_ms = ?, secret = ?,
+			previous_secrets = ?, paused = ?, updated_at = ? WHERE id = ?`,
+			s.URL, string(types), s.Rate.PerSecond, s.Rate.Burst, s.Rate.BurstGiven, s.Rate.EdgeShare, s.MaxAttempts, s.TimeoutMS,
 			s.Secret, encodePrevious(s.Previous), s.Paused, ms(w.now), id)
 		if err == nil {
 			l.patterns[id] = s.EventTypes

@@ -59,6 +59,9 @@ type Rate struct {
 	// EdgeShare is the part of the rate given to the edge lane when the
 	// subscriber can receive events through both lanes.
 	EdgeShare float64 `json:"edge_share"`
+	// BurstGiven is whether the operator set Burst; an unset one follows
+	// the rate when only the rate changes.
+	BurstGiven bool `json:"-"`
 }
 
 // Bucket converts r to the token-bucket arithmetic's terms.
