@@ -553,6 +553,23 @@ func TestBatchLimitsEachEventNotTheWhole(t *testing.T) {
 	}
 }
 
+// --max-body is the largest event: a small one does not refuse a
+// subscriber whose many event types make a larger body.
+func TestMaxBodyLeavesSubscribersAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *api.Config) { c.MaxBody = 1024 })
+	types := make([]string, 80)
+	for i := range types {
+		types[i] = fmt.Sprintf("%q", fmt.Sprintf("video.kind_%02d", i))
+	}
+	body := `{"id":"many","url":"http://127.0.0.1:9/hook","event_types":[` + strings.Join(types, ",") + `]}`
+	if len(body) <= 1024 {
+		t.Fatalf("the body is %d bytes, not above the limit", len(body))
+	}
+	b.createSubscriber(t, body)
+	b.do(t, "PATCH", "/v1/subscribers/many", `{"event_types":[`+strings.Join(types[1:], ",")+`],"max_attempts":3}`, http.StatusOK, nil)
+}
+
 func TestFanOutByEventType(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -1224,6 +1241,24 @@ func TestAHeldDeliveryShowsWhenItCanGo(t *testing.T) {
 	for _, d := range list.Data {
 		if d.NextAttemptAt.Before(soonest) {
 			t.Errorf("the list shows %s next at %v; want the pause's end", d.ID, d.NextAttemptAt)
+		}
+	}
+}
+
+// since takes RFC 3339 as the RFC writes it, lower-case "t" and "z" and a
+// space for the "T" included; anything else stays refused.
+func TestParseTimeTakesRFC3339AsWritten(t *testing.T) {
+	t.Parallel()
+	want := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, s := range []string{"2020-01-02T03:04:05Z", "2020-01-02t03:04:05z", "2020-01-02 03:04:05Z", "2020-01-02T05:04:05+02:00",
+		"2020-01-02t03:04:05.000z"} {
+		if got, err := api.ParseTime(s); err != nil || !got.Equal(want) {
+			t.Errorf("ParseTime(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "2020-01-02", "2020-01-02x03:04:05Z", "2020-01-02T03:04:05", "yesterday", "2020-01-02  03:04:05Z"} {
+		if got, err := api.ParseTime(s); err == nil {
+			t.Errorf("ParseTime(%q) = %v; want an error", s, got)
 		}
 	}
 }

@@ -59,8 +59,8 @@ var badCases = []badCase{
 	{name: "subscriber rate field in another case", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","rate":{"Per_Second":5}}`, status: 400, message: `unknown field "Per_Second"`},
 	{name: "subscriber rate burst twice", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","rate":{"burst":5,"burst":50}}`, status: 400, message: `"burst" must appear only once`},
 	{name: "subscriber long unknown field is cut short", method: "POST", path: "/v1/subscribers", body: `{"url":"http://127.0.0.1:9/","` + strings.Repeat("k", 500) + `":1}`, status: 400, message: strings.Repeat("k", 100) + "…\""},
-	{name: "subscriber body over max-body", method: "POST", path: "/v1/subscribers", config: maxBody1024,
-		body: `{"url":"http://127.0.0.1:9/` + strings.Repeat("a", 1100) + `"}`, status: 413},
+	{name: "subscriber body over 64 KiB", method: "POST", path: "/v1/subscribers",
+		body: `{"url":"http://127.0.0.1:9/` + strings.Repeat("a", 64<<10) + `"}`, status: 413},
 
 	// POST /v1/subscribers: readable but unacceptable values (422).
 	{name: "subscriber ftp url", method: "POST", path: "/v1/subscribers", body: `{"url":"ftp://127.0.0.1/hook"}`, status: 422, code: "invalid_url", message: "url: invalid URL: scheme must be http or https"},

@@ -299,7 +299,7 @@ func TestOpenAPIMatchesAnswers(t *testing.T) {
 	check("POST", "/v1/subscribers", `{"id":"oa-ok","url":"`+ok.url()+`"}`, http.StatusConflict)
 	check("POST", "/v1/subscribers", `{"url":`, http.StatusBadRequest)
 	check("POST", "/v1/subscribers", `{"url":"`+ok.url()+`","max_attempts":0}`, http.StatusUnprocessableEntity)
-	check("POST", "/v1/subscribers", `{"url":"`+ok.url()+`","secret":"`+strings.Repeat("x", 2000)+`"}`, http.StatusRequestEntityTooLarge)
+	check("POST", "/v1/subscribers", `{"url":"`+ok.url()+`","secret":"`+strings.Repeat("x", 64<<10)+`"}`, http.StatusRequestEntityTooLarge)
 	if page := check("GET", "/v1/subscribers?limit=1", "", http.StatusOK); page["next_cursor"] == nil {
 		t.Errorf("GET /v1/subscribers?limit=1 of 2: no next_cursor in %v", page)
 	}
@@ -310,7 +310,7 @@ func TestOpenAPIMatchesAnswers(t *testing.T) {
 	check("PATCH", "/v1/subscribers/oa-ok", `{"paused":false,"timeout_ms":2000}`, http.StatusOK)
 	check("PATCH", "/v1/subscribers/oa-ok", `{"secret":"whsec_x"}`, http.StatusBadRequest)
 	check("PATCH", "/v1/subscribers/oa-ok", `{"rate":{"per_second":-1}}`, http.StatusUnprocessableEntity)
-	check("PATCH", "/v1/subscribers/oa-ok", `{"url":"`+strings.Repeat("x", 2000)+`"}`, http.StatusRequestEntityTooLarge)
+	check("PATCH", "/v1/subscribers/oa-ok", `{"url":"`+strings.Repeat("x", 64<<10)+`"}`, http.StatusRequestEntityTooLarge)
 	check("PATCH", "/v1/subscribers/nope", `{"paused":true}`, http.StatusNotFound)
 	if sub := check("POST", "/v1/subscribers/oa-ok/rotate-secret", "", http.StatusOK); sub["previous_secret_expires_at"] == nil {
 		t.Errorf("rotate-secret answered no previous_secret_expires_at: %v", sub)
@@ -368,7 +368,7 @@ func TestOpenAPIMatchesAnswers(t *testing.T) {
 	check("POST", "/v1/subscribers/oa-fail/recover", `{"since":"`+since+`"}`, http.StatusOK)
 	check("POST", "/v1/subscribers/oa-fail/recover", `{}`, http.StatusBadRequest)
 	check("POST", "/v1/subscribers/oa-fail/recover", `{"since":"yesterday"}`, http.StatusUnprocessableEntity)
-	check("POST", "/v1/subscribers/oa-fail/recover", `{"since":"`+strings.Repeat("x", 2000)+`"}`, http.StatusRequestEntityTooLarge)
+	check("POST", "/v1/subscribers/oa-fail/recover", `{"since":"`+strings.Repeat("x", 64<<10)+`"}`, http.StatusRequestEntityTooLarge)
 	check("POST", "/v1/subscribers/nope/recover", `{"since":"`+since+`"}`, http.StatusNotFound)
 	// After the attempts, stats carry numbers where they carried nulls.
 	check("GET", "/v1/stats", "", http.StatusOK)

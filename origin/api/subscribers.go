@@ -29,7 +29,11 @@ const (
 	maxTimeoutMS       = int(egress.ConnectTimeout / time.Millisecond) // no attempt outlasts a dial's bound
 	maxPerSecond       = 1_000_000
 	maxEventTypes      = 100
-	rotationGrace      = 24 * time.Hour
+	// maxOperatorBody bounds the bodies of the subscriber routes (create,
+	// change, rotate, recover): --max-body is about events, and a small one
+	// must not refuse a subscriber with many event types or a long URL.
+	maxOperatorBody = 64 << 10
+	rotationGrace   = 24 * time.Hour
 )
 
 type rateInput struct {
@@ -145,7 +149,7 @@ func wholeIn(v float64, lo, hi int) (int, bool) {
 }
 
 func (s *Server) createSubscriber(c echo.Context) error {
-	body, err := readBody(c, s.MaxBody)
+	body, err := readBody(c, maxOperatorBody)
 	if err != nil {
 		return err
 	}
@@ -246,7 +250,7 @@ func (s *Server) getSubscriber(c echo.Context) error {
 }
 
 func (s *Server) patchSubscriber(c echo.Context) error {
-	body, err := readBody(c, s.MaxBody)
+	body, err := readBody(c, maxOperatorBody)
 	if err != nil {
 		return err
 	}
@@ -319,7 +323,7 @@ func (s *Server) secret(given *string) (string, error) {
 // rotateSecret makes a new secret current, the one given in the body or a
 // generated one; the secrets it replaces keep signing for rotationGrace.
 func (s *Server) rotateSecret(c echo.Context) error {
-	body, err := readBody(c, s.MaxBody)
+	body, err := readBody(c, maxOperatorBody)
 	if err != nil {
 		return err
 	}
@@ -357,7 +361,7 @@ func (s *Server) rotateSecret(c echo.Context) error {
 }
 
 func (s *Server) recoverSubscriber(c echo.Context) error {
-	body, err := readBody(c, s.MaxBody)
+	body, err := readBody(c, maxOperatorBody)
 	if err != nil {
 		return err
 	}
@@ -373,7 +377,7 @@ func (s *Server) recoverSubscriber(c echo.Context) error {
 	if in.Since == nil {
 		return badRequest("since is required (RFC 3339)")
 	}
-	since, err := time.Parse(time.RFC3339Nano, *in.Since)
+	since, err := ParseTime(*in.Since)
 	if err != nil {
 		return invalid("since must be an RFC 3339 time")
 	}
@@ -386,4 +390,17 @@ func (s *Server) recoverSubscriber(c echo.Context) error {
 		s.Dispatcher.Notify(s.Now(), id)
 	}
 	return c.JSON(http.StatusOK, map[string]int{"requeued": n})
+}
+
+// ParseTime reads an RFC 3339 time as the RFC has it, which Go's layout
+// does not quite: "t" and "z" may be lower case (§5.6), and a space may
+// stand for the "T" (its note to §5.6).
+func ParseTime(s string) (time.Time, error) {
+	if len(s) > len("2006-01-02") && (s[10] == ' ' || s[10] == 't') {
+		s = s[:10] + "T" + s[11:]
+	}
+	if strings.HasSuffix(s, "z") {
+		s = strings.TrimSuffix(s, "z") + "Z"
+	}
+	return time.Parse(time.RFC3339Nano, s)
 }

@@ -14,6 +14,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/sluice-dev/sluice/origin/api"
 )
 
 // cli is what the client commands share: the environment and the streams.
@@ -690,7 +692,7 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, fmt.Errorf("dlq recover needs --since, an RFC 3339 time or a duration ago (2h): %w", errUsage)
 	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+	if t, err := api.ParseTime(s); err == nil {
 		return t, nil
 	}
 	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
