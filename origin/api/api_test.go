@@ -1206,7 +1206,7 @@ func TestAnswersKeepTheClientsTextAndBoundIt(t *testing.T) {
 }
 
 // A delivery a Retry-After pause holds says when it can go, not the time,
-// already past, at which it fell due.
+// already past, at which it fell due; a retry makes it due, not free to go.
 func TestAHeldDeliveryShowsWhenItCanGo(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -1232,8 +1232,11 @@ func TestAHeldDeliveryShowsWhenItCanGo(t *testing.T) {
 	b.do(t, "GET", "/v1/deliveries/"+ev.Deliveries[0].ID, "", http.StatusOK, &one)
 	var list struct{ Data []next }
 	b.do(t, "GET", "/v1/deliveries?status=pending&subscriber_id=p", "", http.StatusOK, &list)
+	var retried next
+	b.do(t, "POST", "/v1/deliveries/"+ev.Deliveries[0].ID+"/retry", "", http.StatusOK, &retried)
 	soonest := time.Now().Add(100 * time.Second)
-	for where, at := range map[string]time.Time{"the event": ev.Deliveries[0].NextAttemptAt, "the delivery": one.NextAttemptAt} {
+	for where, at := range map[string]time.Time{"the event": ev.Deliveries[0].NextAttemptAt, "the delivery": one.NextAttemptAt,
+		"the retry's answer": retried.NextAttemptAt} {
 		if at.Before(soonest) {
 			t.Errorf("%s shows next_attempt_at %v; want the pause's end, about 120 s from now", where, at)
 		}

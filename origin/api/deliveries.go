@@ -106,5 +106,7 @@ func (s *Server) retryDelivery(c echo.Context) error {
 		return err
 	}
 	s.Dispatcher.Notify(s.Now(), d.SubscriberID)
-	return c.JSON(http.StatusOK, d)
+	// Due now, it still waits out a Retry-After pause or an open breaker:
+	// the answer says when it can go, as a GET would.
+	return c.JSON(http.StatusOK, s.held([]ledger.Delivery{d})[0])
 }
