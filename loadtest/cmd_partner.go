@@ -147,8 +147,8 @@ func runPartner(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		verdict = "EXCEEDED"
 	}
 	fmt.Fprintf(stdout, "\nbusiest second %d requests (limit %d: %s) from %s\n", r.MaxWindow, r.Limit, verdict, r.WindowStart.Format(time.RFC3339Nano))
-	fmt.Fprintf(stdout, "sent 429 ×%d, 403 ×%d, 503 ×%d, 500 ×%d, resets %d, timeouts %d; bad signatures %d; banned %v\n",
-		r.Sent429, r.Sent403, r.Sent503, r.Sent500, r.Resets, r.Timeouts, r.BadSignatures, r.Banned)
+	fmt.Fprintf(stdout, "sent 429 ×%d, 403 ×%d, 503 ×%d, 500 ×%d, resets %d, timeouts %d; bad signatures %d, bad bodies %d; banned %v\n",
+		r.Sent429, r.Sent403, r.Sent503, r.Sent500, r.Resets, r.Timeouts, r.BadSignatures, r.BadBodies, r.Banned)
 	fmt.Fprintf(stdout, "enqueue→delivery p50 %s p99 %s\n", report.Short(time.Duration(r.P50)), report.Short(time.Duration(r.P99)))
 	for _, pr := range r.Problems {
 		fmt.Fprintf(stdout, "problem: %s\n", pr)

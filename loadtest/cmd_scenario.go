@@ -106,7 +106,8 @@ func runCanal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"events in one burst through /v1/events/batch, waits up to --timeout for every delivery to reach its\n"+
 		"partner or the dead letters, and prints a per-subscriber table.\n\n"+
 		"An event is lost only when it was neither delivered, nor still pending or in flight in sluice, nor\n"+
-		"dead-lettered. Exit status 1 when anything was lost or an advertised rate was exceeded.\n\n"+
+		"dead-lettered. Exit status 1 when anything was lost, an advertised rate was exceeded, a signed body was\n"+
+		"not its event, or a subscriber too slow to drain got under half of what its rate and answer time allowed.\n\n"+
 		"--edge also builds the edge Worker and runs it in workerd through Miniflare (run from the repository\n"+
 		"root after `npm ci`), serves sluice with --edge-types video.view_milestone, subscribes every partner to\n"+
 		"both types, and puts a video.view_milestone event after every four video.trending ones in the burst:\n"+

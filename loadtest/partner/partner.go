@@ -97,6 +97,7 @@ type Counts struct {
 	Timeouts      int `json:"timeouts"`       // held until the client gave up
 	Abandoned     int `json:"abandoned"`      // the client went away during a slow answer
 	BadSignatures int `json:"bad_signatures"` // answered 401
+	BadBodies     int `json:"bad_bodies"`     // answered 400: not the event its webhook-id names
 	// ViaWorker counts requests a Cloudflare Worker made (workerd sets
 	// CF-Worker on a Worker's subrequests): the edge lane's share.
 	ViaWorker int `json:"via_worker"`
@@ -274,7 +275,10 @@ func (p *Partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.mu.Unlock()
 		return
 	}
-	p.accept(r.Header.Get(signature.HeaderID), body)
+	if !p.accept(r.Header.Get(signature.HeaderID), body) {
+		http.Error(w, "the body is not the event its webhook-id names", http.StatusBadRequest)
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -380,8 +384,10 @@ func reset(w http.ResponseWriter) {
 	conn.Close()
 }
 
-// accept records a processed delivery.
-func (p *Partner) accept(id string, body []byte) {
+// accept records a processed delivery, or refuses one whose body is not
+// the event its webhook-id names: a signed but mangled delivery is not
+// delivered.
+func (p *Partner) accept(id string, body []byte) bool {
 	at := p.now()
 	var ev struct {
 		ID     string    `json:"id"`
@@ -390,13 +396,17 @@ func (p *Partner) accept(id string, body []byte) {
 	parseErr := json.Unmarshal(body, &ev)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.counts.Accepted++
 	switch {
 	case parseErr != nil:
+		p.counts.BadBodies++
 		p.problemLocked("webhook-id %q: body is not an event: %v", id, parseErr)
+		return false
 	case ev.ID != id:
+		p.counts.BadBodies++
 		p.problemLocked("webhook-id %q carries the body of event %q", id, ev.ID)
+		return false
 	}
+	p.counts.Accepted++
 	p.accepts[id]++
 	if p.accepts[id] == 1 {
 		p.firstAccept[id] = at
@@ -404,6 +414,7 @@ func (p *Partner) accept(id string, body []byte) {
 			p.latency = append(p.latency, at.Sub(ev.SentAt))
 		}
 	}
+	return true
 }
 
 func (p *Partner) problemLocked(format string, args ...any) {

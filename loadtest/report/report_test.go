@@ -203,6 +203,19 @@ func TestRowFailedAndTable(t *testing.T) {
 	if why := stalled.Failed(); why != "" {
 		t.Errorf("a slow subscriber's progress failed the run: %q", why)
 	}
+	// A slow one fails when it got under the least its rate allowed.
+	stalled.MinServed = 14
+	if why := stalled.Failed(); why != "" {
+		t.Errorf("a slow subscriber served its least failed the run: %q", why)
+	}
+	stalled.MinServed = 15
+	if why, want := stalled.Failed(), "only 14 delivered, under half of what its rate and answer time allowed over the run (at least 15): starved"; why != want {
+		t.Errorf("starved.Failed() = %q, want %q", why, want)
+	}
+	mangled := Row{Subscriber: "crm", Tally: Tally{Expected: 1, Delivered: 1}, BadBodies: 2}
+	if why, want := mangled.Failed(), "2 signed bodies that were not the event their webhook-id names"; why != want {
+		t.Errorf("mangled.Failed() = %q, want %q", why, want)
+	}
 	if why, want := bad.Failed(), "2 lost, 31 requests in one second, limit 30, 1 bad signatures, banned by the partner for ignoring its Retry-After"; why != want {
 		t.Errorf("bad.Failed() = %q, want %q", why, want)
 	}

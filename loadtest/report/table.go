@@ -46,7 +46,8 @@ type Row struct {
 	Banned        bool   `json:"banned"`
 	Sent403       int    `json:"responses_403"`
 	BadSignatures int    `json:"bad_signatures"`
-	P50           Millis `json:"p50_ms"` // enqueue → first accept
+	BadBodies     int    `json:"bad_bodies"` // signed, but not the event its webhook-id names
+	P50           Millis `json:"p50_ms"`     // enqueue → first accept
 	P99           Millis `json:"p99_ms"`
 	// Drain is from the burst's first byte to the last owed event's
 	// settling (delivered, or dead); set only when everything settled.
@@ -56,7 +57,12 @@ type Row struct {
 	// still owed deliveries at the deadline fails it, since a stalled
 	// sender (claims never reclaimed after a kill, a subscriber it stopped
 	// serving) loses nothing it still lists as pending.
-	MustDrain   bool     `json:"must_drain"`
+	MustDrain bool `json:"must_drain"`
+	// MinServed is, for a subscriber too slow to drain in the run, the
+	// fewest deliveries it must have had: half of what its rate and answer
+	// time allowed over the run. Fewer means sluice stopped serving it,
+	// which loses nothing it still lists as pending.
+	MinServed   int      `json:"min_served,omitempty"`
 	DeadLetters int      `json:"dead_letters"` // from /v1/stats
 	Notes       []string `json:"notes,omitempty"`
 }
@@ -74,6 +80,13 @@ func (r Row) Failed() string {
 	}
 	if r.BadSignatures > 0 {
 		why = append(why, fmt.Sprintf("%d bad signatures", r.BadSignatures))
+	}
+	if r.BadBodies > 0 {
+		why = append(why, fmt.Sprintf("%d signed bodies that were not the event their webhook-id names", r.BadBodies))
+	}
+	if !r.MustDrain && r.Delivered < r.MinServed {
+		why = append(why, fmt.Sprintf("only %d delivered, under half of what its rate and answer time allowed over the run (at least %d): starved",
+			r.Delivered, r.MinServed))
 	}
 	if owed := r.Pending + r.Inflight; r.MustDrain && owed > 0 {
 		why = append(why, fmt.Sprintf("%d still pending or in flight at the deadline", owed))

@@ -457,13 +457,31 @@ func (e *env) locate(ctx context.Context, api *instance.Client, p *partner.Partn
 	return "", nil // sent but never accepted, or never enqueued
 }
 
+// minServed is half of what a partner could take of expected events over
+// elapsed: no more than burst + rate·t, nor than one answer per Delay (as
+// if it were sent one at a time). Half leaves room for restarts and a
+// busy machine; a subscriber sluice stopped serving gets none of it.
+func minServed(p partner.Config, expected int, elapsed time.Duration) int {
+	allowed := float64(expected)
+	if r := p.Advertised; r.Valid() {
+		allowed = min(allowed, r.Burst+r.PerSecond*elapsed.Seconds())
+	}
+	if p.Delay > 0 {
+		allowed = min(allowed, elapsed.Seconds()/p.Delay.Seconds())
+	}
+	return int(allowed / 2)
+}
+
 // row builds a subscriber's table row.
 func (e *env) row(s Spec, pr partner.Report, t report.Tally, st instance.SubscriberStats, start time.Time) report.Row {
 	r := report.Row{
 		Subscriber: s.ID, Role: s.Role, Advertised: pr.Advertised, Tally: t,
 		Duplicates: pr.Duplicates, MaxWindow: pr.MaxWindow, Limit: pr.Limit, Violation: pr.Violation,
-		Sent429: pr.Sent429, Banned: pr.Banned, Sent403: pr.Sent403, BadSignatures: pr.BadSignatures,
+		Sent429: pr.Sent429, Banned: pr.Banned, Sent403: pr.Sent403, BadSignatures: pr.BadSignatures, BadBodies: pr.BadBodies,
 		P50: pr.P50, P99: pr.P99, DeadLetters: st.Dead, MustDrain: !s.SlowToDrain,
+	}
+	if s.SlowToDrain {
+		r.MinServed = minServed(s.Partner, t.Expected, e.o.Now().Sub(start))
 	}
 	if t.Pending+t.Inflight+t.Lost == 0 && t.Expected > 0 {
 		r.Drained = true

@@ -237,3 +237,26 @@ func TestLiveLinesFitTheTerminal(t *testing.T) {
 		}
 	}
 }
+
+// minServed is half of what a slow partner could take: its rate bounds it,
+// its answer time bounds it, and so do the events it was owed.
+func TestMinServed(t *testing.T) {
+	t.Parallel()
+	dash, relay := partnerDash.Partner, CanalSpecs()[1].Partner
+	for _, c := range []struct {
+		name     string
+		p        partner.Config
+		expected int
+		elapsed  time.Duration
+		want     int
+	}{
+		{"10/s burst 20 over 60 s", dash, 12000, time.Minute, 310},
+		{"10/s, owed only 100", dash, 100, time.Minute, 50},
+		{"2 s answers over 60 s", relay, 12000, time.Minute, 15},
+		{"no time at all", relay, 12000, 0, 0},
+	} {
+		if got := minServed(c.p, c.expected, c.elapsed); got != c.want {
+			t.Errorf("%s: minServed = %d, want %d", c.name, got, c.want)
+		}
+	}
+}
