@@ -64,10 +64,6 @@ func Chaos(ctx context.Context, co ChaosOptions) (*Result, error) {
 	fireDone := make(chan error, 1)
 	go func() { fireDone <- e.fireSpread(ctx, ids, start, co.Duration*6/10) }()
 
-	type step struct {
-		at time.Duration
-		do func() error
-	}
 	var steps []step
 	var kills []Kill
 	rng := rand.New(rand.NewPCG(o.Seed, 0x6b696c6c))
@@ -93,18 +89,7 @@ func Chaos(ctx context.Context, co ChaosOptions) (*Result, error) {
 	}
 	slices.SortFunc(steps, func(a, b step) int { return int(a.at - b.at) })
 	lv := &live{w: o.Live, tty: o.LiveTTY, width: o.LiveWidth}
-	for _, s := range steps {
-		if err := sleep(ctx, time.Until(start.Add(s.at))); err != nil {
-			return nil, err
-		}
-		if err := s.do(); err != nil {
-			return nil, fmt.Errorf("%w\nsluice log:\n%s", err, e.sluiceTail())
-		}
-	}
-	if err := <-fireDone; err != nil {
-		return nil, fmt.Errorf("%w\nsluice log:\n%s", err, e.sluiceTail())
-	}
-	if err := sleep(ctx, time.Until(start.Add(co.Duration))); err != nil {
+	if err := e.faults(ctx, steps, start, co.Duration, fireDone, lv, len(ids)); err != nil {
 		return nil, err
 	}
 	if _, err := e.waitSettled(ctx, start, o.Now().Add(o.Timeout), len(ids), false, lv); err != nil {
@@ -139,6 +124,31 @@ func Chaos(ctx context.Context, co ChaosOptions) (*Result, error) {
 		res.Pass = false
 	}
 	return res, nil
+}
+
+// step is one fault of the chaos run, at its time after the start.
+type step struct {
+	at time.Duration
+	do func() error
+}
+
+// faults runs steps at their times and waits out the feed and the run's
+// duration, drawing the live view meanwhile.
+func (e *env) faults(ctx context.Context, steps []step, start time.Time, duration time.Duration, fireDone <-chan error, lv *live, expected int) error {
+	stop := e.watch(ctx, start, expected, lv)
+	defer stop()
+	for _, s := range steps {
+		if err := sleep(ctx, time.Until(start.Add(s.at))); err != nil {
+			return err
+		}
+		if err := s.do(); err != nil {
+			return fmt.Errorf("%w\nsluice log:\n%s", err, e.sluiceTail())
+		}
+	}
+	if err := <-fireDone; err != nil {
+		return fmt.Errorf("%w\nsluice log:\n%s", err, e.sluiceTail())
+	}
+	return sleep(ctx, time.Until(start.Add(duration)))
 }
 
 // chunk is how many events one batch of a spread-out feed carries.

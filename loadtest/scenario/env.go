@@ -372,6 +372,40 @@ func (e *env) waitSettled(ctx context.Context, start, deadline time.Time, expect
 	}
 }
 
+// watch draws the live view every second until the returned stop is
+// called: the view of a phase that is not waiting to settle (chaos's kills
+// and outages). While sluice is down for a restart it redraws the last
+// stats it read beside the partners' own counts.
+func (e *env) watch(ctx context.Context, start time.Time, expected int, lv *live) (stop func()) {
+	if lv == nil || lv.w == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var last instance.Stats
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+			if st, err := e.api().Stats(sctx); err == nil {
+				last = st
+			}
+			scancel()
+			if ctx.Err() == nil {
+				lv.draw(e.o.Now(), start, e.o.Specs, e.partners, last, expected)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 // maxRechecks bounds the one-by-one second look at lost candidates.
 const maxRechecks = 500
 
