@@ -45,6 +45,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if err := checkJSONOut(jsonOut); err != nil {
+		return err
+	}
 	switch {
 	case o.IngestFor <= 0 || o.IngestFor > 5*time.Minute,
 		o.LatencyFor <= 0 || o.LatencyFor > 5*time.Minute,

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/sluice-dev/sluice/loadtest/flood"
 	"github.com/sluice-dev/sluice/loadtest/report"
+	"github.com/sluice-dev/sluice/shared/signature"
 )
 
 func runFlood(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -41,6 +43,14 @@ func runFlood(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&d.SubscriberSecret, "subscriber-secret", "", "Worker flood: sign each event with the subscriber's whsec_ secret, for a partner that checks it")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if err := checkJSONOut(jsonOut); err != nil {
+		return err
+	}
+	for _, sec := range []struct{ flag, value string }{{"--secret", o.Secret}, {"--subscriber-secret", d.SubscriberSecret}} {
+		if _, err := signature.DecodeSecret(sec.value); sec.value != "" && err != nil {
+			return fmt.Errorf("%s: %v: %w", sec.flag, err, errUsage)
+		}
 	}
 	if d.To != "" {
 		if err := flood.CheckLoopback(d.To); err != nil {
@@ -88,6 +98,21 @@ func runFlood(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "flood: no request got an answer (%d refused, reset or timed out; %d unanswered when the run ended); is %s the right URL?\n",
 			res.Errors, res.Unanswered, o.URL)
 		return errFailed
+	}
+	return nil
+}
+
+// checkJSONOut refuses a --json path that cannot be written, before a run
+// whose result would otherwise be lost at its end.
+func checkJSONOut(path string) error {
+	if path == "" {
+		return nil
+	}
+	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
+		return fmt.Errorf("--json %s: its folder does not exist: %w", path, errUsage)
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("--json %s is a folder: %w", path, errUsage)
 	}
 	return nil
 }

@@ -111,6 +111,9 @@ func runPartner(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if _, err := signature.DecodeSecret(secret); err != nil {
 		return fmt.Errorf("--secret: %v: %w", err, errUsage)
 	}
+	if err := checkJSONOut(jsonOut); err != nil {
+		return err
+	}
 	cfg.Secret = secret
 	var expected []string
 	if expectFile != "" {

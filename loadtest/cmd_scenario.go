@@ -61,6 +61,9 @@ func checkJitter(d time.Duration) error {
 }
 
 func (c *commonFlags) apply(stdout, stderr io.Writer) error {
+	if err := checkJSONOut(c.jsonOut); err != nil {
+		return err
+	}
 	if c.o.Events <= 0 || c.o.Events > 1_000_000 {
 		return fmt.Errorf("--events must be between 1 and 1,000,000: %w", errUsage)
 	}

@@ -48,6 +48,11 @@ func TestRunUsage(t *testing.T) {
 		{"partner", "--delay", "-1s"},
 		{"relay"},
 		{"relay", "--to", "http://192.0.2.1/hook"},
+		{"flood", "--url", "http://127.0.0.1:9/", "--secret", "nope"},
+		{"flood", "--url", "http://127.0.0.1:9/", "--json", "/nonexistent-folder/x.json"},
+		{"scenario", "canal", "--json", "/nonexistent-folder/x.json"},
+		{"bench", "--json", "/nonexistent-folder/x.json"},
+		{"partner", "--json", "/nonexistent-folder/x.json"},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(context.Background(), args, &out, &errOut); !errors.Is(err, errUsage) {
