@@ -19,10 +19,12 @@ const (
 	maxWindow   = (windowSlots - 1) * slotWidth
 
 	// Latencies up to linearMS are counted per millisecond; above, in
-	// buckets 5% wide up to an hour, so a percentile is off by under 5%.
+	// buckets 5% wide up to a month, so a percentile is off by under 5%:
+	// a delivery held by a long pause, or a dead letter recovered days
+	// later, is counted as late as it was. Beyond, the last bucket's floor.
 	linearMS     = 64
 	growth       = 1.05
-	logBuckets   = 225 // 64 ms · 1.05^225 > 1 h
+	logBuckets   = 360 // 64 ms · 1.05^360 > 31 days
 	latencySlots = linearMS + logBuckets + 1
 )
 
@@ -34,7 +36,7 @@ type slot struct {
 }
 
 // windows holds the recent slots of each subscriber that had outcomes in
-// the last maxWindow (about 13 KiB each); quiet ones are dropped.
+// the last maxWindow (about 18 KiB each); quiet ones are dropped.
 type windows struct {
 	mu     sync.Mutex
 	subs   map[string]*[windowSlots]slot
