@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -356,10 +357,26 @@ func (l *Ledger) Ping(ctx context.Context) error {
 	// A file deleted or replaced under the running process still answers
 	// through the handles held open on it, and takes writes that no
 	// restart will find.
+	gone := errors.New("the database file is no longer at its path (deleted or replaced): what is written now is lost at the next start")
 	atPath, err := os.Stat(l.path)
-	held, herr := l.lock.file.Stat()
-	if err != nil || herr != nil || !os.SameFile(atPath, held) {
-		return errors.New("the database file is no longer at its path (deleted or replaced): what is written now is lost at the next start")
+	if errors.Is(err, fs.ErrNotExist) {
+		return gone
+	}
+	if err != nil {
+		// Another fault (a folder made unreadable, one replaced by a
+		// file) is told as it is, without the path: the operator has it.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("the database file cannot be looked up at its path: %w", err)
+	}
+	held, err := l.lock.file.Stat()
+	if err != nil {
+		return fmt.Errorf("the open database file: %w", err)
+	}
+	if !os.SameFile(atPath, held) {
+		return gone
 	}
 	var n int
 	return l.rdb.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n)

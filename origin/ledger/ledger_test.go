@@ -717,6 +717,20 @@ func TestPingFailsWhenTheFileLeavesItsPath(t *testing.T) {
 			t.Errorf("%s: Ping = %v; want the file named gone", name, err)
 		}
 	}
+	// A path that can no longer be looked up is told as that, not as a
+	// deleted file: here its folder was moved and a file put in its place.
+	l, _, path := open(t)
+	dir := filepath.Dir(path)
+	if err := os.Rename(dir, dir+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := l.Ping(ctx)
+	if err == nil || !strings.Contains(err.Error(), "cannot be looked up at its path: not a directory") || strings.Contains(err.Error(), dir) {
+		t.Errorf("folder replaced by a file: Ping = %v; want the lookup's own fault, without the path", err)
+	}
 }
 
 // Another program's SQLite database is refused before anything changes
