@@ -278,6 +278,7 @@ func (s *Server) patchSubscriber(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	before := cur.Paused
 	if err := s.apply(c, in, &cur); err != nil {
 		return err
 	}
@@ -289,6 +290,13 @@ func (s *Server) patchSubscriber(c echo.Context) error {
 		return err
 	}
 	s.Dispatcher.Upsert(updated)
+	if updated.Paused != before {
+		if updated.Paused {
+			s.log.Info("subscriber paused by the operator", "subscriber_id", updated.ID)
+		} else {
+			s.log.Info("subscriber resumed by the operator", "subscriber_id", updated.ID)
+		}
+	}
 	if in.Paused != nil && !*in.Paused {
 		// Resuming also lifts a pause the subscriber's Retry-After set.
 		if err := s.Dispatcher.Resume(ctx, cur.ID); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/origin/backoff"
+	"github.com/sluice-dev/sluice/origin/breaker"
 	"github.com/sluice-dev/sluice/origin/egress"
 	"github.com/sluice-dev/sluice/origin/ledger"
 	"github.com/sluice-dev/sluice/shared/edgewire"
@@ -118,6 +119,10 @@ func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, 
 		if a.StatusCode == http.StatusTooManyRequests || a.StatusCode == http.StatusServiceUnavailable {
 			pause = min(seen, backoff.MaxPause)
 			if until := now.Add(pause); until.After(s.cfg.PausedUntil) {
+				if !s.cfg.PausedUntil.After(now) {
+					d.cfg.Logger.Info("subscriber paused by its Retry-After", "subscriber_id", s.cfg.ID, "status", a.StatusCode,
+						"retry_after", seen.String(), "until", until.UTC().Format(time.RFC3339Nano))
+				}
 				s.cfg.PausedUntil = until
 				d.persistState(s)
 			}
@@ -129,8 +134,9 @@ func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, 
 	// endpoint that is down, whatever it asks: it counts, so an outage
 	// opens the breaker instead of spending every delivery's attempts.
 	paced := pause > 0 && a.StatusCode == http.StatusTooManyRequests
-	if !paced && s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
+	if from := s.cfg.Breaker.State; !paced && s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
 		d.persistState(s)
+		d.breakerMoved(s, from)
 	}
 	if ok {
 		res.Status = ledger.StatusSent
@@ -150,6 +156,24 @@ func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, 
 	return res
 }
 
+// breakerMoved logs a change of s's breaker from the state from: an open
+// breaker stops a subscriber's traffic, and the operator should not have
+// to poll the stats to learn it.
+func (d *Dispatcher) breakerMoved(s *sub, from breaker.State) {
+	b := s.cfg.Breaker
+	switch {
+	case b.State == from:
+	case b.State == breaker.Open:
+		_, probe, _ := b.Limit(b.OpenedAt, d.cfg.Breaker) // b is a copy
+		d.cfg.Logger.Warn("breaker opened: deliveries wait without spending attempts", "subscriber_id", s.cfg.ID,
+			"failures", b.Failures, "probe_at", probe.UTC().Format(time.RFC3339Nano))
+	case b.State == breaker.HalfOpen:
+		d.cfg.Logger.Info("breaker half-open: one probe goes", "subscriber_id", s.cfg.ID)
+	default:
+		d.cfg.Logger.Info("breaker closed", "subscriber_id", s.cfg.ID)
+	}
+}
+
 // abandoned frees the slots of an attempt shutdown cut off after the drain
 // timeout and records it: its outcome is unknown, so the history keeps it
 // but it spends nothing and counts as no failure (the breaker does not see
@@ -165,6 +189,8 @@ func (d *Dispatcher) abandoned(owner *sub, c ledger.Claimed, lane ledger.Lane, s
 	d.mu.Unlock()
 	a := &ledger.Attempt{Number: c.Attempts + 1, At: start, Lane: lane, DurationMS: end.Sub(start).Milliseconds(),
 		Error: "abandoned at shutdown after the drain timeout; outcome unknown"}
+	d.cfg.Logger.Warn("attempt abandoned at shutdown; sent again after the next start", "delivery_id", c.ID(),
+		"subscriber_id", subID, "lane", lane)
 	d.finish([]ledger.Result{{Seq: c.Seq, SubscriberID: subID, Attempt: a, Unknown: true,
 		Status: ledger.StatusPending, NextAttemptAt: end}}, known)
 }

@@ -712,9 +712,11 @@ func (d *Dispatcher) Unadmit(reserved map[string]int) {
 // limitLocked is how many attempts a subscriber may have in flight at now,
 // and when that changes if it is zero.
 func (d *Dispatcher) limitLocked(s *sub, now time.Time) (int, time.Time) {
+	from := s.cfg.Breaker.State
 	limit, until, changed := s.cfg.Breaker.Limit(now, d.cfg.Breaker)
 	if changed {
 		d.persistState(s)
+		d.breakerMoved(s, from)
 	}
 	if limit == breaker.Unlimited {
 		switch {

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -237,7 +239,8 @@ func TestRetryAfterPausesTheWholeSubscriber(t *testing.T) {
 func TestRetryAfterOnA429DoesNotOpenTheBreaker(t *testing.T) {
 	t.Parallel()
 	for status, wantOpen := range map[int]bool{http.StatusTooManyRequests: false, http.StatusServiceUnavailable: true} {
-		b := setup(t, true, func(c *Config) { c.Breaker.Threshold = 3 })
+		logs := &logBuffer{}
+		b := setup(t, true, func(c *Config) { c.Breaker.Threshold = 3; c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 		rc := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
 			return status, http.Header{"Retry-After": {"1"}}
 		})
@@ -254,6 +257,35 @@ func TestRetryAfterOnA429DoesNotOpenTheBreaker(t *testing.T) {
 		case wantOpen && br.State != breaker.Open:
 			t.Errorf("%d: breaker %+v after %d answers, want open", status, br, rc.count())
 		}
+		// Each answer came after the last 1 s pause ended: each starts one.
+		if n := strings.Count(logs.String(), `msg="subscriber paused by its Retry-After" subscriber_id=s status=`+strconv.Itoa(status)); n != rc.count() {
+			t.Errorf("%d: %d pause lines for %d answers, each after the last pause ended; want one each", status, n, rc.count())
+		}
+	}
+}
+
+// A pause is logged when it starts, not at each answer that extends it.
+func TestARetryAfterPauseIsLoggedOnce(t *testing.T) {
+	t.Parallel()
+	logs := &logBuffer{}
+	b := setup(t, true, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	hold := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	rc := newReceiver(t, b.clock, func(_ *http.Request, n int) (int, http.Header) {
+		if n == 1 {
+			<-hold // the second request is out before the first answers
+		}
+		return http.StatusTooManyRequests, http.Header{"Retry-After": {"60"}}
+	})
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.Rate.PerSecond, s.Rate.Burst = 10, 5 })
+	b.send("e", "t", 2)
+	waitFor(t, 10*time.Second, "both requests out", func() bool { return rc.count() == 2 })
+	release()
+	b.settle()
+	if n := strings.Count(logs.String(), `msg="subscriber paused by its Retry-After"`); n != 1 {
+		t.Errorf("%d pause lines for two 429s of one pause; want 1:\n%s", n, logs.String())
 	}
 }
 
@@ -570,9 +602,11 @@ func TestDeadLetterAfterMaxAttemptsThenRetryAndRecover(t *testing.T) {
 
 func TestBreakerOpensProbesOnceAndCloses(t *testing.T) {
 	t.Parallel()
+	logs := &logBuffer{}
 	b := setup(t, true, func(c *Config) {
 		c.Breaker = breaker.Settings{Threshold: 3, Cooldown: time.Minute}
 		c.RetryBase, c.RetryCap = 100*time.Millisecond, 100*time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
 	var (
 		healthy atomic.Bool
@@ -635,6 +669,35 @@ func TestBreakerOpensProbesOnceAndCloses(t *testing.T) {
 			t.Fatalf("delivery of e-%d is %s after the breaker closed", i, d.Status)
 		}
 	}
+	// Each move is a log line: an open breaker stops a subscriber's traffic.
+	var moves []string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "msg=\"breaker") && strings.Contains(line, "subscriber_id=s") {
+			moves = append(moves, line[strings.Index(line, "msg="):])
+		}
+	}
+	if len(moves) != 3 || !strings.HasPrefix(moves[0], `msg="breaker opened`) || !strings.Contains(moves[0], "failures=3") ||
+		!strings.HasPrefix(moves[1], `msg="breaker half-open`) || !strings.HasPrefix(moves[2], `msg="breaker closed`) {
+		t.Errorf("breaker log lines %q; want opened (failures=3), half-open, closed", moves)
+	}
+}
+
+// logBuffer is a log destination goroutines may share.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // Once its cooldown has passed, a breaker shows half-open even when no
@@ -765,6 +828,9 @@ func TestLogsFailuresAndRecordsWhatADrainAbandons(t *testing.T) {
 	}
 	if !strings.Contains(out, "msg=\"drain timeout") || !strings.Contains(out, "attempts=1") {
 		t.Errorf("no drain warning naming the one abandoned attempt:\n%s", out)
+	}
+	if !regexp.MustCompile(`msg="attempt abandoned at shutdown[^\n]* delivery_id=dlv_\d+ subscriber_id=stuck`).MatchString(out) {
+		t.Errorf("no line naming the abandoned delivery:\n%s", out)
 	}
 	// The history keeps the abandoned attempt, which spent nothing: after
 	// the restart a failure and a success fit in the budget of two.

@@ -64,6 +64,7 @@ type Ledger struct {
 
 	baseChanges int64 // total_changes() once Open had finished its own writes
 	admitter    Admitter
+	released    int // deliveries Open took back from a process that stopped with them in flight
 
 	sent   sentTotals
 	window windows
@@ -209,9 +210,13 @@ func Open(ctx context.Context, path string, o Options) (*Ledger, error) {
 	}
 	l.rdb.SetMaxOpenConns(o.Readers)
 	l.rdb.SetMaxIdleConns(o.Readers)
-	if _, err := l.wconn.ExecContext(ctx,
-		`UPDATE deliveries SET status = 'pending', lease_until = NULL WHERE status = 'inflight'`); err != nil {
+	released, err := l.wconn.ExecContext(ctx,
+		`UPDATE deliveries SET status = 'pending', lease_until = NULL WHERE status = 'inflight'`)
+	if err != nil {
 		return fail(fmt.Errorf("release leases: %w", err))
+	}
+	if n, err := released.RowsAffected(); err == nil {
+		l.released = int(n)
 	}
 	if err := l.loadPatterns(ctx); err != nil {
 		return fail(err)
@@ -339,6 +344,11 @@ func (l *Ledger) Changes(ctx context.Context) (int64, error) {
 	})
 	return n - l.baseChanges, err
 }
+
+// Released is how many deliveries Open found in flight, left by a process
+// that stopped without recording them, and put back to pending: each goes
+// again, so its receiver may see it twice.
+func (l *Ledger) Released() int { return l.released }
 
 // Ping checks that the database answers: that the last write committed,
 // that the file still starts as a SQLite database (read from the disk: a

@@ -1078,3 +1078,23 @@ func holdWriteLoop(l *Ledger) chan struct{} {
 	<-in
 	return release
 }
+
+// Open puts back to pending what a process left in flight and says how
+// many, so serve can tell the operator those may arrive twice.
+func TestOpenCountsTheDeliveriesItTakesBack(t *testing.T) {
+	t.Parallel()
+	l, clock, path := open(t)
+	sixWithFourToSend(t, l, clock) // four claimed, none recorded
+	if n := l.Released(); n != 0 {
+		t.Fatalf("a fresh ledger took back %d", n)
+	}
+	l.Close()
+	again, err := Open(context.Background(), path, Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if n := again.Released(); n != 4 {
+		t.Errorf("Released = %d after a stop with four in flight, want 4", n)
+	}
+}

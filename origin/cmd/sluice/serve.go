@@ -226,6 +226,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("open %s: %w", c.db, err)
 	}
 	defer l.Close()
+	if n := l.Released(); n > 0 {
+		log.Warn("took back deliveries a stopped process left in flight; each goes again, so receivers may see it twice", "deliveries", n)
+	}
 
 	token, err := apiToken(ctx, l, c.apiToken, stdout)
 	if err != nil {
