@@ -1118,6 +1118,14 @@ func TestPatchedRateBringsItsBurst(t *testing.T) {
 	if s.Rate != (rateJSON{PerSecond: 10, Burst: 7}) {
 		t.Errorf("after PATCH per_second 10 over a burst of 7 set on its own: rate %+v, want the burst kept", s.Rate)
 	}
+	// The rate a GET showed, sent back whole, changes nothing: the burst
+	// still follows the rate.
+	b.createSubscriber(t, `{"id":"echoed","url":"http://127.0.0.1:9/hook"}`)
+	b.do(t, "PATCH", "/v1/subscribers/echoed", `{"rate":{"per_second":50,"burst":100,"edge_share":0.5},"max_attempts":3}`, http.StatusOK, nil)
+	b.do(t, "PATCH", "/v1/subscribers/echoed", `{"rate":{"per_second":2}}`, http.StatusOK, &s)
+	if s.Rate != (rateJSON{PerSecond: 2, Burst: 4}) {
+		t.Errorf("after the GET's rate sent back, then PATCH per_second 2: rate %+v, want 2/s with a burst of 4", s.Rate)
+	}
 	for _, c := range []struct{ create, patch string }{
 		{`{"id":"given","url":"http://127.0.0.1:9/hook","rate":{"per_second":10,"burst":20}}`, ""},
 		{`{"id":"patched","url":"http://127.0.0.1:9/hook"}`, `{"rate":{"burst":100}}`},

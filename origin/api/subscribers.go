@@ -42,6 +42,14 @@ type rateInput struct {
 	EdgeShare *float64 `json:"edge_share"`
 }
 
+// echoes reports whether r is the stored rate sent back whole, as a GET
+// showed it: per_second and burst (and edge_share, when given) unchanged.
+// A burst given alone, or with a new rate, is the operator setting it.
+func (r *rateInput) echoes(stored ledger.Rate) bool {
+	return r != nil && r.PerSecond != nil && r.Burst != nil && *r.PerSecond == stored.PerSecond && *r.Burst == stored.Burst &&
+		(r.EdgeShare == nil || *r.EdgeShare == stored.EdgeShare)
+}
+
 type subscriberInput struct {
 	ID          *string    `json:"id"`
 	URL         *string    `json:"url"`
@@ -279,6 +287,9 @@ func (s *Server) patchSubscriber(c echo.Context) error {
 		return err
 	}
 	before := cur.Paused
+	if in.Rate.echoes(cur.Rate) {
+		in.Rate = nil // a rate sent back as read changes nothing, nor pins a burst that follows the rate
+	}
 	if err := s.apply(c, in, &cur); err != nil {
 		return err
 	}
