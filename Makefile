@@ -4,9 +4,9 @@ GO      ?= go
 BIN     := bin/sluice
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
-# DB, when set (make run DB=…), is passed as --db; otherwise serve reads
-# SLUICE_DB or takes its default, ./data/sluice.db.
-DB      =
+# DB, when set (make run DB=… or in the environment), is passed as --db;
+# otherwise serve reads SLUICE_DB or takes its default, ./data/sluice.db.
+DB      ?=
 
 .PHONY: build run test test-go test-deps vet fmt-check bench clean
 
