@@ -306,17 +306,17 @@ func deliverBody(d *Deliver, subSigner *signature.Signer, id string, event []byt
 		Headers: headers, Body: string(event), Rate: d.Rate, TimeoutMS: edgewire.DefaultTimeoutMS})
 }
 
-// withID puts "id" first in a JSON object body, so the body names the same
-// event as its webhook-id.
+// withID sets "id" in a JSON object body, so the body names the same event
+// as its webhook-id; a body that is not an object goes as it is.
 func withID(body []byte, id string) []byte {
-	b := bytes.TrimSpace(body)
-	if len(b) < 2 || b[0] != '{' {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
 		return body
 	}
-	rest := bytes.TrimSpace(b[1:])
-	out := []byte(`{"id":"` + id + `"`)
-	if rest[0] != '}' {
-		out = append(out, ',')
+	obj["id"], _ = json.Marshal(id)
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return body
 	}
-	return append(out, rest...)
+	return out
 }

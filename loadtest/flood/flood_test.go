@@ -36,18 +36,22 @@ func start(t *testing.T, cfg partner.Config) *partner.Partner {
 
 func TestFloodCountsEveryRequest(t *testing.T) {
 	t.Parallel()
-	p := start(t, partner.Config{Name: "honest"})
-	res, err := flood.Run(context.Background(), flood.Options{
-		URL: p.URL(), Workers: 8, Duration: 30 * time.Second, MaxRequests: 200, Secret: secret,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Requests != 200 || res.Accepted != 200 || res.Throttled+res.Rejected+res.Errors != 0 {
-		t.Errorf("result %+v, want 200 requests all accepted", res)
-	}
-	if r := p.Report(nil); r.Delivered != 200 || r.BadSignatures != 0 {
-		t.Errorf("partner saw %d deliveries, %d bad signatures; want 200, 0", r.Delivered, r.BadSignatures)
+	// The default body, and one that names an id of its own: each request
+	// gets its webhook-id as "id", so the partner takes it as that event.
+	for _, body := range [][]byte{nil, []byte(`{"id":"mine","type":"t.x","ID":"theirs"}`)} {
+		p := start(t, partner.Config{Name: "honest"})
+		res, err := flood.Run(context.Background(), flood.Options{
+			URL: p.URL(), Workers: 8, Duration: 30 * time.Second, MaxRequests: 200, Secret: secret, Body: body,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Requests != 200 || res.Accepted != 200 || res.Throttled+res.Rejected+res.Errors != 0 {
+			t.Errorf("body %q: result %+v, want 200 requests all accepted", body, res)
+		}
+		if r := p.Report(nil); r.Delivered != 200 || r.BadSignatures != 0 || r.BadBodies != 0 {
+			t.Errorf("body %q: partner saw %d deliveries, %d bad signatures, %d bad bodies; want 200, 0, 0", body, r.Delivered, r.BadSignatures, r.BadBodies)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ package partner
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -389,29 +390,40 @@ func reset(w http.ResponseWriter) {
 // delivered.
 func (p *Partner) accept(id string, body []byte) bool {
 	at := p.now()
-	var ev struct {
-		ID     string    `json:"id"`
-		SentAt time.Time `json:"sent_at"`
+	// Only the exact top-level "id" names the event (encoding/json would
+	// also take "ID"); sent_at, the scenarios' send time, is read when it
+	// is there, and any other event is taken as it comes.
+	var obj map[string]json.RawMessage
+	parseErr := json.Unmarshal(body, &obj)
+	var evID string
+	if parseErr == nil && obj == nil {
+		parseErr = errors.New("null")
 	}
-	parseErr := json.Unmarshal(body, &ev)
+	if parseErr == nil {
+		parseErr = json.Unmarshal(obj["id"], &evID)
+	}
+	var sentAt time.Time
+	if raw, ok := obj["sent_at"]; ok {
+		json.Unmarshal(raw, &sentAt) // best effort: not every event carries the scenarios' field
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
 	case parseErr != nil:
 		p.counts.BadBodies++
-		p.problemLocked("webhook-id %q: body is not an event: %v", id, parseErr)
+		p.problemLocked("webhook-id %q: body is not an event with an id: %v", id, parseErr)
 		return false
-	case ev.ID != id:
+	case evID != id:
 		p.counts.BadBodies++
-		p.problemLocked("webhook-id %q carries the body of event %q", id, ev.ID)
+		p.problemLocked("webhook-id %q carries the body of event %q", id, evID)
 		return false
 	}
 	p.counts.Accepted++
 	p.accepts[id]++
 	if p.accepts[id] == 1 {
 		p.firstAccept[id] = at
-		if !ev.SentAt.IsZero() {
-			p.latency = append(p.latency, at.Sub(ev.SentAt))
+		if !sentAt.IsZero() {
+			p.latency = append(p.latency, at.Sub(sentAt))
 		}
 	}
 	return true

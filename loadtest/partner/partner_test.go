@@ -205,9 +205,22 @@ func TestPartnerRefusesABodyThatIsNotTheEvent(t *testing.T) {
 			t.Errorf("body %s for webhook-id evt_1: %d, want 400", body, rec.Code)
 		}
 	}
-	r := p.Report([]string{"evt_1"})
-	if r.BadBodies != 2 || r.Delivered != 0 || r.Accepted != 0 || !slices.Equal(r.Missing, []string{"evt_1"}) {
-		t.Errorf("report: bad bodies %d, delivered %d, accepted %d, missing %v; want 2, 0, 0, [evt_1]", r.BadBodies, r.Delivered, r.Accepted, r.Missing)
+	// Events of any shape are taken when their exact "id" is the
+	// webhook-id: an "ID" field is theirs, and sent_at need not be a time.
+	for id, body := range map[string]string{
+		"evt_a": `{"id":"evt_a","type":"order.paid","sent_at":1752221642}`,
+		"evt_b": `{"id":"evt_b","type":"user.created","ID":"u-42"}`,
+		"evt_c": `{"ID":"u-42","id":"evt_c","sent_at":"2026-07-11 08:14:02Z"}`,
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/hooks/p", strings.NewReader(body))
+		s.Set(req.Header, id, clk.Now(), []byte(body))
+		if rec := serve(p, req); rec.Code != http.StatusNoContent {
+			t.Errorf("body %s for webhook-id %s: %d, want 204", body, id, rec.Code)
+		}
+	}
+	r := p.Report([]string{"evt_1", "evt_a", "evt_b", "evt_c"})
+	if r.BadBodies != 2 || r.Delivered != 3 || r.Accepted != 3 || !slices.Equal(r.Missing, []string{"evt_1"}) {
+		t.Errorf("report: bad bodies %d, delivered %d, accepted %d, missing %v; want 2, 3, 3, [evt_1]", r.BadBodies, r.Delivered, r.Accepted, r.Missing)
 	}
 }
 
