@@ -79,7 +79,7 @@ func Chaos(ctx context.Context, co ChaosOptions) (*Result, error) {
 	if i := slices.IndexFunc(o.Specs, func(s Spec) bool { return s.ID == outageID }); i >= 0 {
 		p := e.partners[i]
 		mode := func(m partner.Mode) func() error {
-			return func() error { fmt.Fprintf(o.Log, "partner %s: %s\n", p.Name(), m); return p.SetMode(m) }
+			return func() error { fmt.Fprintf(e.o.Log, "partner %s: %s\n", p.Name(), m); return p.SetMode(m) }
 		}
 		steps = append(steps,
 			step{co.Duration * 25 / 100, mode(partner.Refusing)},
@@ -89,6 +89,7 @@ func Chaos(ctx context.Context, co ChaosOptions) (*Result, error) {
 	}
 	slices.SortFunc(steps, func(a, b step) int { return int(a.at - b.at) })
 	lv := &live{w: o.Live, tty: o.LiveTTY, width: o.LiveWidth}
+	e.o.Log = lv.logTo(e.o.Log)
 	if err := e.faults(ctx, steps, start, co.Duration, fireDone, lv, len(ids)); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluice-dev/sluice/loadtest/instance"
@@ -15,7 +16,8 @@ import (
 // live is the per-subscriber progress view: one line per subscriber,
 // redrawn in place on a terminal, reprinted under a time stamp otherwise.
 type live struct {
-	w     io.Writer // nil: no view
+	mu    sync.Mutex // draw and the log lines beside it (chaos draws from a goroutine)
+	w     io.Writer  // nil: no view
 	tty   bool
 	width int // the terminal's columns (tty); 0 when unknown
 	drawn int // lines drawn last time (tty)
@@ -27,10 +29,34 @@ type live struct {
 // edgeShare is sluice's default rate.edge_share, which the harness keeps.
 const edgeShare = 0.5
 
+// logTo returns log for lines written while the view is drawn in place:
+// each goes below the view, which is then drawn afresh under it instead of
+// over it.
+func (l *live) logTo(log io.Writer) io.Writer {
+	if l == nil || l.w == nil || !l.tty {
+		return log
+	}
+	return liveLog{l, log}
+}
+
+type liveLog struct {
+	l   *live
+	log io.Writer
+}
+
+func (g liveLog) Write(p []byte) (int, error) {
+	g.l.mu.Lock()
+	defer g.l.mu.Unlock()
+	g.l.drawn = 0
+	return g.log.Write(p)
+}
+
 func (l *live) draw(now, start time.Time, specs []Spec, ps []*partner.Partner, st instance.Stats, expected int) {
 	if l == nil || l.w == nil {
 		return
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	var b strings.Builder
 	if l.tty && l.drawn > 0 {
 		fmt.Fprintf(&b, "\x1b[%dA", l.drawn)

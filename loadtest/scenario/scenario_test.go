@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -258,5 +259,29 @@ func TestMinServed(t *testing.T) {
 		if got := minServed(c.p, c.expected, c.elapsed); got != c.want {
 			t.Errorf("%s: minServed = %d, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+// A log line written while the view is drawn in place stays on screen: the
+// next view goes below it, not back up over it.
+func TestLiveKeepsTheLogLinesBetweenDraws(t *testing.T) {
+	t.Parallel()
+	cfg := partner.Config{Name: "dash", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", Advertised: bucket.Rate{PerSecond: 10, Burst: 20}}
+	specs, ps := []Spec{{ID: cfg.Name, Partner: cfg}}, []*partner.Partner{partner.New(cfg)}
+	now := time.Date(2026, 7, 11, 8, 14, 2, 0, time.UTC)
+	var out strings.Builder
+	l := &live{w: &out, tty: true, width: 120}
+	log := l.logTo(&out)
+	l.draw(now, now, specs, ps, instance.Stats{}, 100)
+	l.draw(now, now, specs, ps, instance.Stats{}, 100)
+	up := regexp.MustCompile(`\x1b\[\d+A`) // the cursor up, to redraw in place
+	if !up.MatchString(out.String()) {
+		t.Fatalf("the second draw did not redraw in place: %q", out.String())
+	}
+	fmt.Fprintln(log, "kill -9 sluice pid 7 (3 in flight)")
+	l.draw(now, now, specs, ps, instance.Stats{}, 100)
+	_, after, _ := strings.Cut(out.String(), "kill -9 sluice pid 7 (3 in flight)\n")
+	if after == "" || up.MatchString(after) {
+		t.Errorf("the draw after a log line moved back up over it: %q", after)
 	}
 }
