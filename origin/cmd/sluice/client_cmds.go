@@ -449,24 +449,13 @@ func (c *cli) send(ctx context.Context, args []string) error {
 	return t.flush()
 }
 
-// readFile reads the event for --file. The read runs beside ctx, so a
-// signal ends a command waiting on a terminal or a pipe that never closes;
-// anything that cannot be read is the caller's mistake (exit 2), since no
-// request was made.
+// readFile reads the event for --file. Opening and reading run beside ctx,
+// so a signal ends a command waiting on a terminal, a pipe that never
+// closes or a FIFO no one writes to; anything that cannot be read is the
+// caller's mistake (exit 2), since no request was made.
 func (c *cli) readFile(ctx context.Context, path string) ([]byte, error) {
-	var r io.Reader
-	if path == "-" {
-		if c.stdin == nil {
-			return nil, fmt.Errorf("--file -: no standard input: %w", errUsage)
-		}
-		r = c.stdin
-	} else {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, fmt.Errorf("--file %s: %w: %w", path, err, errUsage)
-		}
-		defer f.Close()
-		r = f
+	if path == "-" && c.stdin == nil {
+		return nil, fmt.Errorf("--file -: no standard input: %w", errUsage)
 	}
 	type read struct {
 		b   []byte
@@ -474,6 +463,16 @@ func (c *cli) readFile(ctx context.Context, path string) ([]byte, error) {
 	}
 	done := make(chan read, 1)
 	go func() {
+		r := c.stdin
+		if path != "-" {
+			f, err := os.Open(path)
+			if err != nil {
+				done <- read{nil, err}
+				return
+			}
+			defer f.Close()
+			r = f
+		}
 		b, err := io.ReadAll(io.LimitReader(r, maxByteSize+1))
 		done <- read{b, err}
 	}()

@@ -758,6 +758,15 @@ func TestSendFileStopsOnSignalAndMissingIsUsage(t *testing.T) {
 	if got := exitStatusAfter(err, context.Cause(ctx)); got != 143 {
 		t.Errorf("readFile(-) of a pipe that never ends, after SIGTERM: %v, exit %d; want 143", err, got)
 	}
+	// A FIFO no one opens to write blocks the open itself.
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.readFile(ctx, fifo)
+	if got := exitStatusAfter(err, context.Cause(ctx)); got != 143 {
+		t.Errorf("readFile of a FIFO no one writes to, after SIGTERM: %v, exit %d; want 143", err, got)
+	}
 	_, err = c.readFile(t.Context(), filepath.Join(t.TempDir(), "missing.json"))
 	if err == nil || exitStatus(err) != 2 {
 		t.Errorf("readFile of a missing file: %v; want a usage error (exit 2)", err)
