@@ -118,7 +118,7 @@ func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, 
 		a.RetryAfterMS = &ms
 		if a.StatusCode == http.StatusTooManyRequests || a.StatusCode == http.StatusServiceUnavailable {
 			pause = min(seen, backoff.MaxPause)
-			if until := now.Add(pause); until.After(s.cfg.PausedUntil) {
+			if until := now.Add(pause); pause > 0 && until.After(s.cfg.PausedUntil) {
 				if !s.cfg.PausedUntil.After(now) {
 					d.cfg.Logger.Info("subscriber paused by its Retry-After", "subscriber_id", s.cfg.ID, "status", a.StatusCode,
 						"retry_after", seen.String(), "until", until.UTC().Format(time.RFC3339Nano))

@@ -282,10 +282,34 @@ func TestARetryAfterPauseIsLoggedOnce(t *testing.T) {
 	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.Rate.PerSecond, s.Rate.Burst = 10, 5 })
 	b.send("e", "t", 2)
 	waitFor(t, 10*time.Second, "both requests out", func() bool { return rc.count() == 2 })
+	waitFor(t, 10*time.Second, "the first pause", func() bool { return !b.d.Snapshot()["s"].PausedUntil.IsZero() })
+	b.fake.Advance(time.Second) // the held answer comes later, and extends the pause
 	release()
 	b.settle()
+	if until := b.d.Snapshot()["s"].PausedUntil; !until.Equal(b.clock.Now().Add(time.Minute)) {
+		t.Errorf("paused until %v, want the later answer's minute, to %v", until, b.clock.Now().Add(time.Minute))
+	}
 	if n := strings.Count(logs.String(), `msg="subscriber paused by its Retry-After"`); n != 1 {
 		t.Errorf("%d pause lines for two 429s of one pause; want 1:\n%s", n, logs.String())
+	}
+}
+
+// A Retry-After of 0 asks for no pause: none is set, and none is logged.
+func TestARetryAfterOfZeroPausesNothing(t *testing.T) {
+	t.Parallel()
+	logs := &logBuffer{}
+	b := setup(t, true, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	rc := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
+		return http.StatusTooManyRequests, http.Header{"Retry-After": {"0"}}
+	})
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.MaxAttempts = 1 })
+	b.send("e", "t", 3)
+	b.settle()
+	if rc.count() != 3 {
+		t.Fatalf("%d requests, want 3", rc.count())
+	}
+	if n := strings.Count(logs.String(), "paused by its Retry-After"); n != 0 || !b.d.Snapshot()["s"].PausedUntil.IsZero() {
+		t.Errorf("%d pause lines, paused until %v, after three Retry-After: 0; want none", n, b.d.Snapshot()["s"].PausedUntil)
 	}
 }
 
