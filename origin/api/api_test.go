@@ -1126,6 +1126,18 @@ func TestPatchedRateBringsItsBurst(t *testing.T) {
 	if s.Rate != (rateJSON{PerSecond: 2, Burst: 4}) {
 		t.Errorf("after the GET's rate sent back, then PATCH per_second 2: rate %+v, want 2/s with a burst of 4", s.Rate)
 	}
+	// So does one sent back with only its edge_share changed, which applies.
+	var share struct {
+		Rate struct {
+			EdgeShare float64 `json:"edge_share"`
+		} `json:"rate"`
+	}
+	b.do(t, "PATCH", "/v1/subscribers/echoed", `{"rate":{"per_second":2,"burst":4,"edge_share":0.8}}`, http.StatusOK, &share)
+	b.do(t, "PATCH", "/v1/subscribers/echoed", `{"rate":{"per_second":3}}`, http.StatusOK, &s)
+	if s.Rate != (rateJSON{PerSecond: 3, Burst: 6}) || share.Rate.EdgeShare != 0.8 {
+		t.Errorf("after the rate sent back with edge_share 0.8 (applied: %v), then PATCH per_second 3: rate %+v, want 3/s with a burst of 6",
+			share.Rate.EdgeShare, s.Rate)
+	}
 	for _, c := range []struct{ create, patch string }{
 		{`{"id":"given","url":"http://127.0.0.1:9/hook","rate":{"per_second":10,"burst":20}}`, ""},
 		{`{"id":"patched","url":"http://127.0.0.1:9/hook"}`, `{"rate":{"burst":100}}`},

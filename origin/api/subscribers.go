@@ -42,12 +42,19 @@ type rateInput struct {
 	EdgeShare *float64 `json:"edge_share"`
 }
 
-// echoes reports whether r is the stored rate sent back whole, as a GET
-// showed it: per_second and burst (and edge_share, when given) unchanged.
-// A burst given alone, or with a new rate, is the operator setting it.
-func (r *rateInput) echoes(stored ledger.Rate) bool {
-	return r != nil && r.PerSecond != nil && r.Burst != nil && *r.PerSecond == stored.PerSecond && *r.Burst == stored.Burst &&
-		(r.EdgeShare == nil || *r.EdgeShare == stored.EdgeShare)
+// changes is r without a per_second and burst that both repeat the stored
+// rate, as a client sends back what a GET showed with perhaps another
+// edge_share: repeated, they change nothing and must not pin a burst that
+// follows the rate. A burst given alone, or with a new rate, is the
+// operator setting it. nil when nothing is left.
+func (r *rateInput) changes(stored ledger.Rate) *rateInput {
+	if r == nil || r.PerSecond == nil || r.Burst == nil || *r.PerSecond != stored.PerSecond || *r.Burst != stored.Burst {
+		return r
+	}
+	if r.EdgeShare == nil {
+		return nil
+	}
+	return &rateInput{EdgeShare: r.EdgeShare}
 }
 
 type subscriberInput struct {
@@ -287,9 +294,7 @@ func (s *Server) patchSubscriber(c echo.Context) error {
 		return err
 	}
 	before := cur.Paused
-	if in.Rate.echoes(cur.Rate) {
-		in.Rate = nil // a rate sent back as read changes nothing, nor pins a burst that follows the rate
-	}
+	in.Rate = in.Rate.changes(cur.Rate)
 	if err := s.apply(c, in, &cur); err != nil {
 		return err
 	}
