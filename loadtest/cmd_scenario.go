@@ -89,6 +89,8 @@ func (c *commonFlags) apply(stdout, stderr io.Writer) error {
 	}
 	if c.verbose {
 		c.o.Log = stderr
+		f, ok := stderr.(*os.File)
+		c.o.LogTTY = ok && isTTY(f)
 	}
 	if c.sluiceLog != "" {
 		f, err := os.Create(c.sluiceLog)

@@ -89,7 +89,7 @@ func Chaos(ctx context.Context, co ChaosOptions) (*Result, error) {
 	}
 	slices.SortFunc(steps, func(a, b step) int { return int(a.at - b.at) })
 	lv := &live{w: o.Live, tty: o.LiveTTY, width: o.LiveWidth}
-	e.o.Log = lv.logTo(e.o.Log)
+	e.o.Log = lv.logTo(e.o.Log, o.LogTTY)
 	if err := e.faults(ctx, steps, start, co.Duration, fireDone, lv, len(ids)); err != nil {
 		return nil, err
 	}

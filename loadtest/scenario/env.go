@@ -48,6 +48,9 @@ type Options struct {
 	// lines are cut to fit it.
 	LiveWidth int
 	Log       io.Writer // the harness's own messages (nil: discarded)
+	// LogTTY is whether Log is the terminal the view is redrawn on, so
+	// its lines interleave with the view.
+	LogTTY bool
 	// SluiceLog receives sluice's stderr (nil: kept in sluice.log in the
 	// temp folder, whose tail is shown when sluice fails).
 	SluiceLog io.Writer

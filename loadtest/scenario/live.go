@@ -29,11 +29,11 @@ type live struct {
 // edgeShare is sluice's default rate.edge_share, which the harness keeps.
 const edgeShare = 0.5
 
-// logTo returns log for lines written while the view is drawn in place:
-// each goes below the view, which is then drawn afresh under it instead of
-// over it.
-func (l *live) logTo(log io.Writer) io.Writer {
-	if l == nil || l.w == nil || !l.tty {
+// logTo returns log for lines written while the view is drawn in place,
+// when they go to the same terminal (onTTY): each goes below the view,
+// which is then drawn afresh under it instead of over it.
+func (l *live) logTo(log io.Writer, onTTY bool) io.Writer {
+	if l == nil || l.w == nil || !l.tty || !onTTY {
 		return log
 	}
 	return liveLog{l, log}

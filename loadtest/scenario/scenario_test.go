@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -271,7 +272,10 @@ func TestLiveKeepsTheLogLinesBetweenDraws(t *testing.T) {
 	now := time.Date(2026, 7, 11, 8, 14, 2, 0, time.UTC)
 	var out strings.Builder
 	l := &live{w: &out, tty: true, width: 120}
-	log := l.logTo(&out)
+	if l.logTo(io.Discard, false) != io.Discard {
+		t.Error("a log that is not the terminal was wrapped: its lines would leave stale views behind")
+	}
+	log := l.logTo(&out, true)
 	l.draw(now, now, specs, ps, instance.Stats{}, 100)
 	l.draw(now, now, specs, ps, instance.Stats{}, 100)
 	up := regexp.MustCompile(`\x1b\[\d+A`) // the cursor up, to redraw in place
