@@ -763,6 +763,12 @@ func TestSendFileStopsOnSignalAndMissingIsUsage(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		// A writer that comes and goes ends the read left blocked in open.
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+	})
 	_, err = c.readFile(ctx, fifo)
 	if got := exitStatusAfter(err, context.Cause(ctx)); got != 143 {
 		t.Errorf("readFile of a FIFO no one writes to, after SIGTERM: %v, exit %d; want 143", err, got)
