@@ -752,6 +752,54 @@ func TestALaneFailureKeepsTheDeliverysPlace(t *testing.T) {
 	}
 }
 
+// The requests in flight when the Worker stalls all fail together: that is
+// one outage, taken out of use once for the shortest while, not once per
+// three of them with the while doubling each time.
+func TestOneOutageTakesTheLaneOutOnce(t *testing.T) {
+	t.Parallel()
+	w, mb := startWorker(t)
+	var failing atomic.Bool
+	hold := make(chan struct{})
+	var held atomic.Int32
+	gate := gatedWorker(t, w, func() bool {
+		if !failing.Load() {
+			return false
+		}
+		held.Add(1)
+		<-hold // every request out when it stalls fails at once
+		return true
+	})
+	t.Cleanup(func() { close(hold) })
+	b := setupOnFakeClock(t, gate.URL, mb)
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) {
+		s.EventTypes, s.Rate = []string{"video.view_milestone"}, ledger.Rate{PerSecond: 1000, Burst: 100}
+	})
+	b.send("first", "video.view_milestone", 1) // an answer lifts the start's cap of two in flight
+	waitFor(t, 5*time.Second, "the first delivery", func() bool { return rc.count() == 1 })
+	failing.Store(true)
+	b.send("x", "video.view_milestone", 9)
+	waitFor(t, 5*time.Second, "nine requests at the stalled Worker", func() bool { return held.Load() == 9 })
+	hold <- struct{}{} // three fail first: the lane goes out of use
+	hold <- struct{}{}
+	hold <- struct{}{}
+	waitFor(t, 5*time.Second, "the lane to be taken out of use", func() bool {
+		b.d.mu.Lock()
+		defer b.d.mu.Unlock()
+		return b.d.edge.downs == 1
+	})
+	for range 6 { // then the other six
+		hold <- struct{}{}
+	}
+	b.settle()
+	b.d.mu.Lock()
+	downs, until := b.d.edge.downs, b.d.edge.downUntil
+	b.d.mu.Unlock()
+	if downs != 1 || !until.Equal(b.fake.Now().Add(edgeDownMin)) {
+		t.Errorf("after one outage of nine requests: taken out %d times, until +%v; want once, for %v", downs, until.Sub(b.fake.Now()), edgeDownMin)
+	}
+}
+
 // gatedWorker is a gate in front of the Worker at w: a request for which
 // fails says true is answered 502, as a failing lane would; the others
 // pass through.
