@@ -151,6 +151,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := h.Logger.With("delivery_id", req.DeliveryID, "subscriber", SubscriberHash(req.SubscriberID))
+	if h.expired(w, log, &req, began) {
+		return
+	}
 
 	grant, err := h.Buckets.Take(r.Context(), req.SubscriberID, req.Rate)
 	bucketDone := h.Now()
@@ -168,10 +171,25 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if h.expired(w, log, &req, began) { // the bucket's answer may come late
+		return
+	}
 	res, failure := h.send(r.Context(), &req)
 	log.Info("deliver", "outcome", "sent", "status", res.Status, "failure", failure,
 		"bucket_ms", ms(bucketDone.Sub(began)), "subscriber_ms", res.DurationMS, "total_ms", ms(h.Now().Sub(began)))
 	writeJSON(w, http.StatusOK, res)
+}
+
+// expired answers 408 for a request whose send-by time has passed: the
+// origin has stopped waiting, and sends the delivery again itself.
+func (h *handler) expired(w http.ResponseWriter, log *slog.Logger, req *edgewire.DeliverRequest, began time.Time) bool {
+	now := h.Now()
+	if !req.Expired(now) {
+		return false
+	}
+	log.Warn("deliver", "outcome", "expired", "late_ms", now.UnixMilli()-req.SendByMS, "total_ms", ms(now.Sub(began)))
+	writeError(w, http.StatusRequestTimeout, "expired", "the origin's send-by time has passed; it sends the delivery again")
+	return true
 }
 
 // send makes the one attempt and reports it; every failure is a Result, since

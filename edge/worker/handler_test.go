@@ -36,11 +36,15 @@ type memBuckets struct {
 	state map[string]*Stored
 	calls int
 	err   error
+	then  func() // runs after each Take, as its answer comes back
 }
 
 func (b *memBuckets) Take(_ context.Context, id string, r bucket.Rate) (Grant, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.then != nil {
+		defer b.then()
+	}
 	b.calls++
 	if b.err != nil {
 		return Grant{}, b.err
@@ -519,6 +523,36 @@ func TestBucketFailureChargesNothing(t *testing.T) {
 	}
 	if n := len(b.rcv.Got()); n != 0 {
 		t.Errorf("receiver got %d requests", n)
+	}
+}
+
+// A request whose send-by time has passed, when it arrives or when its
+// bucket answers, is refused (408) without calling the subscriber: the
+// origin has stopped waiting and sends the delivery again itself.
+func TestARequestPastItsSendByTimeCallsNoOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	dr := b.deliverRequest(t, "dlv_1", "sub_a")
+	dr.SendByMS = b.clock.Now().UnixMilli() // the last moment has come
+	status, body := b.deliver(t, dr)
+	if status != http.StatusRequestTimeout || decode[edgewire.Error](t, body).Error.Code != "expired" || b.buckets.Calls() != 0 {
+		t.Fatalf("%d %s, %d bucket calls; want 408 expired before the bucket", status, body, b.buckets.Calls())
+	}
+	dr.SendByMS = b.clock.Now().Add(time.Second).UnixMilli()
+	if status, body := b.deliver(t, dr); status != http.StatusOK {
+		t.Fatalf("within its send-by time: %d %s, want 200", status, body)
+	}
+
+	slow := setup(t, nil)
+	slow.buckets.then = func() { slow.clock.Advance(2 * time.Second) } // a Durable Object that answered late
+	dr = slow.deliverRequest(t, "dlv_2", "sub_b")
+	dr.SendByMS = slow.clock.Now().Add(time.Second).UnixMilli()
+	status, body = slow.deliver(t, dr)
+	if status != http.StatusRequestTimeout || len(slow.rcv.Got()) != 0 {
+		t.Errorf("a bucket that answered after the send-by time: %d %s, %d calls; want 408 and none", status, body, len(slow.rcv.Got()))
+	}
+	if n := len(b.rcv.Got()); n != 1 {
+		t.Errorf("the receiver got %d calls, want the one within its time", n)
 	}
 }
 

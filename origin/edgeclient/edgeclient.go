@@ -30,6 +30,11 @@ var errRefused = fmt.Errorf("%w: %w", ErrLane, edgewire.ErrRefused)
 // for the Worker, which adds its own Durable Object round trip.
 const margin = 5 * time.Second
 
+// sendBy is how soon after the origin sends a request the Worker must start
+// the subscriber's call: the call's timeout later, its answer still has a
+// second to come back before the origin stops waiting.
+const sendBy = margin - time.Second
+
 // Client sends attempts through one Worker.
 type Client struct {
 	deliverURL string
@@ -77,6 +82,8 @@ func (c *Client) Deliver(ctx context.Context, req edgewire.DeliverRequest) (defe
 	if err := req.Validate(); err != nil {
 		return 0, res, fmt.Errorf("%w: %w", errRefused, err)
 	}
+	sent := c.now()
+	req.SendByMS = sent.Add(sendBy).UnixMilli()
 	body, err := json.Marshal(req)
 	if err != nil {
 		return 0, res, fmt.Errorf("%w: %w", errRefused, err)
@@ -93,7 +100,7 @@ func (c *Client) Deliver(ctx context.Context, req edgewire.DeliverRequest) (defe
 		return 0, res, fmt.Errorf("%w: %w", ErrLane, err)
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	c.signer.Set(hr.Header, req.DeliveryID, c.now(), body)
+	c.signer.Set(hr.Header, req.DeliveryID, sent, body)
 	resp, err := c.http.Do(hr)
 	if err != nil {
 		var ue interface{ Unwrap() error }

@@ -2,6 +2,7 @@ package edgeclient
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/edge/worker"
 	"github.com/sluice-dev/sluice/shared/bucket"
@@ -117,5 +119,35 @@ func TestARedirectIsALaneFailureAndNotFollowed(t *testing.T) {
 	}
 	if n := elsewhere.Load(); n != 0 {
 		t.Errorf("the redirect's target got %d requests, want none", n)
+	}
+}
+
+// Each request tells the Worker when it may last start the call: the
+// call's timeout later, its answer still has a second to come back before
+// the origin stops waiting (the timeout and margin after sending).
+func TestARequestCarriesItsSendByTime(t *testing.T) {
+	t.Parallel()
+	got := make(chan edgewire.DeliverRequest, 1)
+	w := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var dr edgewire.DeliverRequest
+		json.NewDecoder(r.Body).Decode(&dr)
+		got <- dr
+		rw.WriteHeader(http.StatusAccepted)
+		rw.Write([]byte(`{"deferred":true,"retry_in_ms":5}`))
+	}))
+	defer w.Close()
+	now := time.Unix(1_780_000_000, 0)
+	c, err := New(w.URL, secret, nil, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := edgewire.DeliverRequest{DeliveryID: "dlv_1", SubscriberID: "s", URL: "http://127.0.0.1:9/", Body: `{}`,
+		Rate: bucket.Rate{PerSecond: 1, Burst: 1}, TimeoutMS: 2000}
+	if _, _, err := c.Deliver(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	dr := <-got
+	if want := now.Add(margin - time.Second).UnixMilli(); dr.SendByMS != want {
+		t.Errorf("send_by_ms %d, want %d (4 s after sending)", dr.SendByMS, want)
 	}
 }

@@ -12,8 +12,9 @@
 //   - 202 with a Deferred when the subscriber's bucket at the edge is empty:
 //     nothing was sent and no attempt was spent;
 //   - an Error with a 4xx or 5xx status otherwise (401 unsigned, mis-signed
-//     or stale; 400/422 a request it cannot use; 5xx the Worker failed). Then
-//     the subscriber was not called and must not be charged.
+//     or stale; 400/422 a request it cannot use; 408 one it got, or came
+//     back to, after its SendByMS; 5xx the Worker failed). Then the
+//     subscriber was not called and must not be charged.
 package edgewire
 
 import (
@@ -21,6 +22,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/sluice-dev/sluice/shared/bucket"
 	"github.com/sluice-dev/sluice/shared/event"
@@ -59,6 +61,16 @@ type DeliverRequest struct {
 	Rate bucket.Rate `json:"rate"`
 	// TimeoutMS bounds the call to the subscriber; zero means DefaultTimeoutMS.
 	TimeoutMS int64 `json:"timeout_ms"`
+	// SendByMS (Unix milliseconds) is when the Worker may last start the
+	// call: the origin stops waiting for the answer the call's timeout
+	// later, and then delivers again. A Worker that stalled and comes back
+	// must not send what the origin has given up on. Zero: no bound.
+	SendByMS int64 `json:"send_by_ms,omitempty"`
+}
+
+// Expired reports whether the Worker may no longer start r's call at now.
+func (r *DeliverRequest) Expired(now time.Time) bool {
+	return r.SendByMS > 0 && now.UnixMilli() >= r.SendByMS
 }
 
 // Deferred is the 202 answer: the bucket is empty, try again in RetryInMS.
