@@ -162,6 +162,14 @@ func TestUnsignedAndStaleRequestsReachNoOne(t *testing.T) {
 		}
 	}
 
+	// Signed, but past the send-by time the origin gave it: the Worker's
+	// clock in workerd says so, and the subscriber is not called.
+	late := dr
+	late.SendByMS = time.Now().Add(-time.Second).UnixMilli()
+	if status, out := deliver(t, sharedEdge, late); status != http.StatusRequestTimeout || !strings.Contains(string(out), `"code":"expired"`) {
+		t.Errorf("past its send-by time: %d %s, want 408 expired", status, out)
+	}
+
 	if n := p.Hits("/hooks/" + sub); n != 0 {
 		t.Fatalf("the partner got %d requests from refused ones", n)
 	}
