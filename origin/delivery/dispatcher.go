@@ -845,7 +845,7 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			d.unrecorded++
 			d.running.Add(1)
 			if lane == ledger.LaneEdge {
-				go d.viaEdge(d.attemptCtx, s, s.cfg, d.signerLocked(s, now), c, s.edgeRate)
+				go d.viaEdge(d.attemptCtx, s, s.cfg, d.signerLocked(s, now), c, s.edgeRate, d.edge.outages)
 			} else {
 				go d.attempt(d.attemptCtx, s, s.cfg, d.signerLocked(s, now), c)
 			}

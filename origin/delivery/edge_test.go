@@ -796,7 +796,25 @@ func TestOneOutageTakesTheLaneOutOnce(t *testing.T) {
 	downs, until := b.d.edge.downs, b.d.edge.downUntil
 	b.d.mu.Unlock()
 	if downs != 1 || !until.Equal(b.fake.Now().Add(edgeDownMin)) {
-		t.Errorf("after one outage of nine requests: taken out %d times, until +%v; want once, for %v", downs, until.Sub(b.fake.Now()), edgeDownMin)
+		t.Fatalf("after one outage of nine requests: taken out %d times, until +%v; want once, for %v", downs, until.Sub(b.fake.Now()), edgeDownMin)
+	}
+	// Tried again and still failing, it goes out for twice as long.
+	b.step(edgeDownMin+100*time.Millisecond, 50*time.Millisecond)
+	b.send("y", "video.view_milestone", 3)
+	waitFor(t, 5*time.Second, "three requests at the Worker tried again", func() bool { return held.Load() == 12 })
+	for range 3 {
+		hold <- struct{}{}
+	}
+	waitFor(t, 5*time.Second, "the lane to be taken out again", func() bool {
+		b.d.mu.Lock()
+		defer b.d.mu.Unlock()
+		return b.d.edge.downs == 2
+	})
+	b.d.mu.Lock()
+	until = b.d.edge.downUntil
+	b.d.mu.Unlock()
+	if !until.Equal(b.fake.Now().Add(2 * edgeDownMin)) {
+		t.Errorf("failing again after its return: out until +%v, want %v", until.Sub(b.fake.Now()), 2*edgeDownMin)
 	}
 }
 

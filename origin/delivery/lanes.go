@@ -38,10 +38,11 @@ type edgeHealth struct {
 	failures  int       // consecutive lane failures
 	downs     int       // consecutive times it was taken out of use
 	downUntil time.Time // the origin lane serves edge types until then
-	// downAt is when it was last taken out of use. A failure of a request
-	// sent before then is the outage already counted, not news of the
-	// Worker: the requests in flight when it stalls all fail together.
-	downAt time.Time
+	// outages counts the times it was taken out of use. A failure of a
+	// request dispatched before the last of them is the outage already
+	// counted, not news of the Worker: the requests in flight when it
+	// stalls all fail together.
+	outages int
 }
 
 // lanes sets how a subscriber's rate is split. One whose types all go
@@ -198,7 +199,8 @@ func (d *Dispatcher) headWaitLocked(s *sub, now time.Time) time.Duration {
 }
 
 // viaEdge makes one attempt through the edge Worker.
-func (d *Dispatcher) viaEdge(ctx context.Context, owner *sub, s ledger.Subscriber, signer *signature.Signer, c ledger.Claimed, rate bucket.Rate) {
+// outages is d.edge.outages when it was dispatched.
+func (d *Dispatcher) viaEdge(ctx context.Context, owner *sub, s ledger.Subscriber, signer *signature.Signer, c ledger.Claimed, rate bucket.Rate, outages int) {
 	defer d.running.Done()
 	start := d.cfg.Clock.Now()
 	h := http.Header{}
@@ -232,7 +234,7 @@ func (d *Dispatcher) viaEdge(ctx context.Context, owner *sub, s ledger.Subscribe
 		// now out of use), due as it was, ahead of newer ones.
 		d.cfg.Logger.Warn("edge lane failed", "delivery_id", c.ID(), "subscriber_id", s.ID, "err", err)
 		results, known := d.settleLane(owner, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, Released: true, NextAttemptAt: c.Due},
-			start, end, false, time.Time{})
+			outages, end, false, time.Time{})
 		d.finish(results, known)
 	case deferFor > 0:
 		// The Worker's bucket was empty: take its word for when its next
@@ -241,7 +243,7 @@ func (d *Dispatcher) viaEdge(ctx context.Context, owner *sub, s ledger.Subscribe
 		// newer deliveries; the edge bucket, which settleLane holds empty
 		// until the Worker's time, keeps the lane from sending before it.
 		results, known := d.settleLane(owner, ledger.Result{Seq: c.Seq, SubscriberID: s.ID, Status: ledger.StatusPending, NextAttemptAt: c.Due},
-			start, end, true, end.Add(deferFor))
+			outages, end, true, end.Add(deferFor))
 		if o, ok := d.cfg.Observer.(interface{ ObserveDeferral(string) }); ok && known {
 			o.ObserveDeferral(s.ID) // not for a subscriber removed meanwhile: its series are gone
 		}
@@ -265,9 +267,9 @@ func (d *Dispatcher) viaEdge(ctx context.Context, owner *sub, s ledger.Subscribe
 // settleLane frees the worker of an edge attempt that was not an attempt
 // (a deferral, or a lane failure) and notes what it says about the Worker;
 // tokenAt is when a deferring Worker said the subscriber's next token
-// comes; sent is when the request went to the Worker. known is whether s
-// is still there.
-func (d *Dispatcher) settleLane(s *sub, res ledger.Result, sent, now time.Time, answered bool, tokenAt time.Time) (out []ledger.Result, known bool) {
+// comes; outages is d.edge.outages when the request was dispatched. known
+// is whether s is still there.
+func (d *Dispatcher) settleLane(s *sub, res ledger.Result, outages int, now time.Time, answered bool, tokenAt time.Time) (out []ledger.Result, known bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	defer d.poke()
@@ -295,8 +297,8 @@ func (d *Dispatcher) settleLane(s *sub, res ledger.Result, sent, now time.Time, 
 	switch {
 	case answered:
 		d.edge.failures, d.edge.downs = 0, 0
-	case !sent.After(d.edge.downAt):
-		// Sent before the lane was last taken out of use: already counted.
+	case outages != d.edge.outages:
+		// Dispatched before the lane was last taken out of use: already counted.
 	default:
 		d.edge.failures++
 	}
@@ -304,7 +306,8 @@ func (d *Dispatcher) settleLane(s *sub, res ledger.Result, sent, now time.Time, 
 		down := min(edgeDownMin<<min(d.edge.downs, 10), edgeDownMax)
 		d.edge.downs++
 		d.edge.failures = 0
-		d.edge.downAt, d.edge.downUntil = now, now.Add(down)
+		d.edge.outages++
+		d.edge.downUntil = now.Add(down)
 		d.cfg.Logger.Warn("edge lane out of use; delivering edge types through the origin", "for", down.String())
 		// The origin lane takes over edge-only subscribers from an empty
 		// bucket, so it cannot add a burst to what the edge just sent; and
