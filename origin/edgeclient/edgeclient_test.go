@@ -71,9 +71,10 @@ func TestDeliverReadsEachAnswerOfTheWorker(t *testing.T) {
 	if n := hits.Load(); n != 1 {
 		t.Fatalf("the subscriber was called %d times, want once (deferred, mis-signed, invalid and oversized calls reach no one)", n)
 	}
-	// A 413 or 422 from the Worker is about that request; a 5xx or a 400
-	// is the lane's.
-	for status, refused := range map[int]bool{413: true, 422: true, 400: false, 401: false, 500: false, 503: false} {
+	// A 413 or 422 from the Worker is about that request; a 5xx, a 400 or
+	// a 408 (past the send-by time: its clock and ours disagree, or it
+	// stalled) is the lane's.
+	for status, refused := range map[int]bool{413: true, 422: true, 400: false, 401: false, 408: false, 500: false, 503: false} {
 		w := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(status)
 			w.Write([]byte(`{"error":{"code":"x","message":"x"}}`))

@@ -143,6 +143,8 @@ func (r *DeliverRequest) Validate() error {
 		return fmt.Errorf("%w: rate needs per_second > 0 and burst >= 1", ErrInvalid)
 	case r.TimeoutMS < 0 || r.TimeoutMS > MaxTimeoutMS:
 		return fmt.Errorf("%w: timeout_ms must be 0 to %d", ErrInvalid, MaxTimeoutMS)
+	case r.SendByMS < 0:
+		return fmt.Errorf("%w: send_by_ms must be a Unix time in milliseconds, or 0 for none", ErrInvalid)
 	}
 	u, err := url.Parse(r.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {

@@ -54,16 +54,17 @@ func TestValidate(t *testing.T) {
 		t.Errorf("Timeout() = %d, want the default %d", r.Timeout(), DefaultTimeoutMS)
 	}
 	for name, edit := range map[string]func(*DeliverRequest){
-		"no delivery id":       func(r *DeliverRequest) { r.DeliveryID = "" },
-		"long subscriber id":   func(r *DeliverRequest) { r.SubscriberID = strings.Repeat("s", 65) },
-		"burst below one":      func(r *DeliverRequest) { r.Rate.Burst = 0.5 },
-		"negative timeout":     func(r *DeliverRequest) { r.TimeoutMS = -1 },
-		"timeout over max":     func(r *DeliverRequest) { r.TimeoutMS = MaxTimeoutMS + 1 },
-		"no scheme":            func(r *DeliverRequest) { r.URL = "example.com/h" },
-		"credentials in url":   func(r *DeliverRequest) { r.URL = "https://u:p@example.com/h" },
-		"header name":          func(r *DeliverRequest) { r.Headers["bad name"] = "v" },
-		"header value with LF": func(r *DeliverRequest) { r.Headers["x"] = "a\nb" },
-		"non-ASCII value":      func(r *DeliverRequest) { r.Headers["x"] = "é" },
+		"no delivery id":        func(r *DeliverRequest) { r.DeliveryID = "" },
+		"long subscriber id":    func(r *DeliverRequest) { r.SubscriberID = strings.Repeat("s", 65) },
+		"burst below one":       func(r *DeliverRequest) { r.Rate.Burst = 0.5 },
+		"negative timeout":      func(r *DeliverRequest) { r.TimeoutMS = -1 },
+		"timeout over max":      func(r *DeliverRequest) { r.TimeoutMS = MaxTimeoutMS + 1 },
+		"negative send-by time": func(r *DeliverRequest) { r.SendByMS = -1 },
+		"no scheme":             func(r *DeliverRequest) { r.URL = "example.com/h" },
+		"credentials in url":    func(r *DeliverRequest) { r.URL = "https://u:p@example.com/h" },
+		"header name":           func(r *DeliverRequest) { r.Headers["bad name"] = "v" },
+		"header value with LF":  func(r *DeliverRequest) { r.Headers["x"] = "a\nb" },
+		"non-ASCII value":       func(r *DeliverRequest) { r.Headers["x"] = "é" },
 	} {
 		r := valid()
 		edit(&r)
