@@ -21,6 +21,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/sluice-dev/sluice/origin/api"
+	"github.com/sluice-dev/sluice/origin/breaker"
 	"github.com/sluice-dev/sluice/origin/delivery"
 	"github.com/sluice-dev/sluice/origin/egress"
 	"github.com/sluice-dev/sluice/origin/ledger"
@@ -47,13 +48,19 @@ type bundle struct {
 // body limit) before the server starts.
 func setup(t *testing.T, opts ...func(*api.Config)) *bundle {
 	t.Helper()
+	return setupWith(t, nil, opts...)
+}
+
+// setupWith is setup with the dispatcher's config changed by dopt.
+func setupWith(t *testing.T, dopt func(*delivery.Config), opts ...func(*api.Config)) *bundle {
+	t.Helper()
 	clk := fakeclock.New(time.Now().Truncate(time.Millisecond))
 	o := origintest.Start(t, testToken, origintest.Options{API: func(c *api.Config) {
 		c.Now = clk.Now
 		for _, o := range opts {
 			o(c)
 		}
-	}})
+	}, Delivery: dopt})
 	srv := httptest.NewServer(o.API)
 	t.Cleanup(srv.Close)
 	return &bundle{ledger: o.Ledger, disp: o.Dispatcher, srv: srv, clock: clk, cfg: o.Config}
@@ -1000,6 +1007,62 @@ func TestRetryAndRecoverDeadDeliveries(t *testing.T) {
 	if rec["requeued"] != 0 {
 		t.Errorf("second recover answered %v, want requeued 0", rec)
 	}
+}
+
+// An operator's retry, or recover, after fixing an endpoint goes now: the
+// breaker's cooldown is sluice's guess at when the subscriber is back, and
+// the retry is its probe. A new URL starts without the old one's failures.
+func TestARetryProbesAnOpenBreakerNow(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, func(c *delivery.Config) { c.Breaker = breaker.Settings{Threshold: 1, Cooldown: time.Hour} })
+	rcv := newReceiver(t)
+	rcv.setStatus(http.StatusInternalServerError)
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"s1","url":%q,"max_attempts":1}`, rcv.url()))
+	breakerOf := func() string {
+		var s struct {
+			Breaker struct {
+				State string `json:"state"`
+			} `json:"breaker"`
+		}
+		b.do(t, "GET", "/v1/subscribers/s1", "", http.StatusOK, &s)
+		return s.Breaker.State
+	}
+
+	b.postEvent(t, `{"id":"d1","type":"t.x"}`, http.StatusAccepted)
+	id1 := b.event(t, "d1").Deliveries[0].ID
+	b.waitStatus(t, id1, "dead")
+	if st := breakerOf(); st != "open" {
+		t.Fatalf("breaker %q after the failure, want open for an hour", st)
+	}
+	rcv.setStatus(http.StatusOK)
+	b.do(t, "POST", "/v1/deliveries/"+id1+"/retry", "", http.StatusOK, nil)
+	b.waitStatus(t, id1, "sent")
+	if st := breakerOf(); st != "closed" {
+		t.Errorf("breaker %q after the retry's probe succeeded, want closed", st)
+	}
+
+	since := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	rcv.setStatus(http.StatusInternalServerError)
+	b.postEvent(t, `{"id":"d2","type":"t.x"}`, http.StatusAccepted)
+	id2 := b.event(t, "d2").Deliveries[0].ID
+	b.waitStatus(t, id2, "dead")
+	rcv.setStatus(http.StatusOK)
+	b.do(t, "POST", "/v1/subscribers/s1/recover", fmt.Sprintf(`{"since":%q}`, since), http.StatusOK, nil)
+	b.waitStatus(t, id2, "sent")
+
+	rcv.setStatus(http.StatusInternalServerError)
+	b.postEvent(t, `{"id":"d3","type":"t.x"}`, http.StatusAccepted)
+	b.waitStatus(t, b.event(t, "d3").Deliveries[0].ID, "dead")
+	if st := breakerOf(); st != "open" {
+		t.Fatalf("breaker %q after the third failure, want open", st)
+	}
+	moved := newReceiver(t)
+	b.do(t, "PATCH", "/v1/subscribers/s1", fmt.Sprintf(`{"url":%q}`, moved.url()), http.StatusOK, nil)
+	if st := breakerOf(); st != "closed" {
+		t.Errorf("breaker %q after the URL changed, want closed", st)
+	}
+	b.postEvent(t, `{"id":"d4","type":"t.x"}`, http.StatusAccepted)
+	b.waitStatus(t, b.event(t, "d4").Deliveries[0].ID, "sent")
 }
 
 // assertError checks that r is status with a JSON body of exactly

@@ -105,8 +105,8 @@ func (s *Server) retryDelivery(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s.Dispatcher.Notify(s.Now(), d.SubscriberID)
-	// Due now, it still waits out a Retry-After pause or an open breaker:
-	// the answer says when it can go, as a GET would.
+	s.Dispatcher.ProbeNow(d.SubscriberID)
+	// Due now, it still waits out a Retry-After pause: the answer says
+	// when it can go, as a GET would.
 	return c.JSON(http.StatusOK, s.held([]ledger.Delivery{d})[0])
 }

@@ -32,6 +32,7 @@ import (
 type Dispatcher interface {
 	Upsert(s ledger.Subscriber)
 	Resume(ctx context.Context, id string) error
+	ProbeNow(id string)
 	Remove(id string)
 	Notify(at time.Time, subscriberIDs ...string)
 	Snapshot() map[string]delivery.SubscriberSnapshot

@@ -411,7 +411,7 @@ func (s *Server) recoverSubscriber(c echo.Context) error {
 		return err
 	}
 	if n > 0 {
-		s.Dispatcher.Notify(s.Now(), id)
+		s.Dispatcher.ProbeNow(id)
 	}
 	return c.JSON(http.StatusOK, map[string]int{"requeued": n})
 }

@@ -68,6 +68,19 @@ func (b *Breaker) Limit(now time.Time, s Settings) (limit int, until time.Time, 
 	}
 }
 
+// Probe lets an open breaker's probe go now rather than when its cooldown
+// ends, and reports whether b changed. The cooldown is sluice's guess at
+// when the subscriber is back; an operator who retries its deliveries
+// (often just after fixing its endpoint) knows better. A failed probe opens
+// it again for a full cooldown, as any probe does.
+func (b *Breaker) Probe() (changed bool) {
+	if b.State != Open {
+		return false
+	}
+	b.State = HalfOpen
+	return true
+}
+
 // Record notes an attempt's outcome at now and reports whether b changed in a
 // way worth persisting.
 func (b *Breaker) Record(success bool, now time.Time, s Settings) (changed bool) {

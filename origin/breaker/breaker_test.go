@@ -92,3 +92,26 @@ func TestFailuresCountTheRunThatOpenedIt(t *testing.T) {
 		t.Fatalf("after a good probe: %+v; want closed with none", b)
 	}
 }
+
+func TestProbeLetsAnOpenBreakerProbeNow(t *testing.T) {
+	t.Parallel()
+	s := Settings{Threshold: 1, Cooldown: time.Hour}
+	var b Breaker
+	if b.Probe() || b.State != "" {
+		t.Fatalf("Probe moved a closed breaker to %q", b.State)
+	}
+	b.Record(false, t0, s)
+	if !b.Probe() || b.State != HalfOpen {
+		t.Fatalf("Probe left an open breaker %+v, want half-open", b)
+	}
+	if lim, _, _ := b.Limit(t0, s); lim != 1 {
+		t.Fatalf("limit %d right after Probe, want one probe", lim)
+	}
+	if b.Probe() {
+		t.Error("Probe of a half-open breaker reported a change")
+	}
+	b.Record(false, t0.Add(time.Second), s)
+	if lim, until, _ := b.Limit(t0.Add(time.Minute), s); lim != 0 || !until.Equal(t0.Add(time.Second+time.Hour)) {
+		t.Errorf("failed probe: limit %d until %v, want a full cooldown from it", lim, until)
+	}
+}

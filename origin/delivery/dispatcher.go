@@ -314,7 +314,18 @@ func (d *Dispatcher) upsertLocked(s ledger.Subscriber, now time.Time) {
 		// view wins for the state it moves (breaker, pause).
 		s.Breaker, s.PausedUntil = st.cfg.Breaker, st.cfg.PausedUntil
 	}
+	// Failures at the old URL say nothing of a new one: an operator who
+	// fixed the endpoint should not wait out a cooldown that was about it.
+	reset := ok && s.URL != st.cfg.URL && (s.Breaker.Failures > 0 || s.Breaker.State == breaker.Open || s.Breaker.State == breaker.HalfOpen)
+	from := s.Breaker.State
+	if reset {
+		s.Breaker = breaker.Breaker{State: breaker.Closed}
+	}
 	st.cfg = s
+	if reset {
+		d.persistState(st)
+		d.breakerMoved(st, from)
+	}
 	st.signer = nil
 	wasEdge, wasOrigin, oldOrigin, oldEdge := st.usesEdge, st.usesOrigin, st.originRate, st.edgeRate
 	d.lanes(st)
@@ -374,6 +385,21 @@ func (d *Dispatcher) Resume(ctx context.Context, id string) error {
 	}
 	d.Notify(now, id)
 	return nil
+}
+
+// ProbeNow is the operator's retry or recover meeting an open breaker: its
+// one probe goes now, not when the cooldown ends, so deliveries put back to
+// run now do. A Retry-After pause, which the subscriber asked for, still
+// holds; Resume lifts that.
+func (d *Dispatcher) ProbeNow(id string) {
+	now := d.cfg.Clock.Now()
+	d.mu.Lock()
+	if s, ok := d.subs[id]; ok && s.cfg.Breaker.Probe() {
+		d.persistState(s)
+		d.breakerMoved(s, breaker.Open)
+	}
+	d.mu.Unlock()
+	d.Notify(now, id)
 }
 
 // Remove forgets a deleted subscriber.
