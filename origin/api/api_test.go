@@ -1065,6 +1065,31 @@ func TestARetryProbesAnOpenBreakerNow(t *testing.T) {
 	b.waitStatus(t, b.event(t, "d4").Deliveries[0].ID, "sent")
 }
 
+// A subscriber of a server without an edge lane reads its default rate as
+// the contract gives it, {"per_second": 50, "burst": 100}; edge_share shows
+// where it can matter: with an edge lane, or set away from its default.
+func TestEdgeShareShowsWhereItMatters(t *testing.T) {
+	t.Parallel()
+	rateOf := func(b *bundle, body string) string {
+		var s struct {
+			Rate json.RawMessage `json:"rate"`
+		}
+		b.do(t, "POST", "/v1/subscribers", body, http.StatusCreated, &s)
+		return string(s.Rate)
+	}
+	plain := setup(t)
+	if got := rateOf(plain, `{"url":"http://127.0.0.1:9/a"}`); got != `{"per_second":50,"burst":100}` {
+		t.Errorf("default rate without an edge lane = %s", got)
+	}
+	if got := rateOf(plain, `{"url":"http://127.0.0.1:9/a","rate":{"per_second":10,"edge_share":0.25}}`); got != `{"per_second":10,"burst":20,"edge_share":0.25}` {
+		t.Errorf("rate with edge_share 0.25 set, without an edge lane = %s", got)
+	}
+	edge := setup(t, func(c *api.Config) { c.EdgeLane = true })
+	if got := rateOf(edge, `{"url":"http://127.0.0.1:9/a"}`); got != `{"per_second":50,"burst":100,"edge_share":0.5}` {
+		t.Errorf("default rate with an edge lane = %s", got)
+	}
+}
+
 // assertError checks that r is status with a JSON body of exactly
 // {"error":{"code":"…","message":"…"}}, both non-empty, and returns them.
 func assertError(t *testing.T, r response, status int) (code, message string) {

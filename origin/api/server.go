@@ -49,10 +49,13 @@ type Config struct {
 	// zeros refuses every request.
 	TokenSHA256 [32]byte
 	MaxBody     int64 // largest event accepted; default 256 KiB
-	Now         func() time.Time
-	Rand        io.Reader // secrets and ids; default crypto/rand
-	Logger      *slog.Logger
-	Metrics     http.Handler // served at /metrics; nil for none
+	// EdgeLane is whether an edge lane is configured; without one a
+	// subscriber's rate.edge_share shows only when set away from 0.5.
+	EdgeLane bool
+	Now      func() time.Time
+	Rand     io.Reader // secrets and ids; default crypto/rand
+	Logger   *slog.Logger
+	Metrics  http.Handler // served at /metrics; nil for none
 }
 
 // Server holds the API's dependencies.

@@ -29,11 +29,14 @@ type subscriberStats struct {
 	Paused      bool       `json:"paused"` // by the operator
 }
 
-// rateView is the allowed rate, so a dashboard need not read subscribers
-// (whose answers carry secrets) to compare current and allowed.
+// rateView is a rate as the API shows it. Stats carry it so a dashboard
+// need not read subscribers (whose answers carry secrets) to compare current
+// and allowed. A subscriber's shows edge_share only where it can matter:
+// with an edge lane configured, or set away from the default.
 type rateView struct {
-	PerSecond float64 `json:"per_second"`
-	Burst     float64 `json:"burst"`
+	PerSecond float64  `json:"per_second"`
+	Burst     float64  `json:"burst"`
+	EdgeShare *float64 `json:"edge_share,omitempty"`
 }
 
 func (s *Server) stats(c echo.Context) error {
@@ -48,7 +51,7 @@ func (s *Server) stats(c echo.Context) error {
 	subs := make([]subscriberStats, 0, len(snap))
 	for id, sn := range snap {
 		row := subscriberStats{ID: id, Breaker: string(sn.Breaker.State), Tokens: sn.Tokens, Sending: sn.Inflight,
-			Rate: rateView{sn.Rate.PerSecond, sn.Rate.Burst}, Paused: sn.Paused}
+			Rate: rateView{PerSecond: sn.Rate.PerSecond, Burst: sn.Rate.Burst}, Paused: sn.Paused}
 		if row.Breaker == "" {
 			row.Breaker = "closed"
 		}

@@ -210,13 +210,18 @@ func (s *Server) createSubscriber(c echo.Context) error {
 // subscriberView is a subscriber as the API shows it.
 type subscriberView struct {
 	ledger.Subscriber
+	Rate                rateView   `json:"rate"`
 	SecretRotatingUntil *time.Time `json:"previous_secret_expires_at,omitempty"`
 }
 
 // view shows sub with the dispatcher's state of it from snaps, taken once
 // per answer.
 func (s *Server) view(sub ledger.Subscriber, snaps map[string]delivery.SubscriberSnapshot) subscriberView {
-	v := subscriberView{Subscriber: sub}
+	v := subscriberView{Subscriber: sub, Rate: rateView{PerSecond: sub.Rate.PerSecond, Burst: sub.Rate.Burst}}
+	if s.EdgeLane || sub.Rate.EdgeShare != defaultEdgeShare {
+		share := sub.Rate.EdgeShare
+		v.Rate.EdgeShare = &share
+	}
 	if snap, ok := snaps[sub.ID]; ok {
 		v.Breaker, v.PausedUntil = snap.Breaker, millis(snap.PausedUntil)
 		v.Breaker.OpenedAt = millis(v.Breaker.OpenedAt)

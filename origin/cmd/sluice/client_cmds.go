@@ -112,9 +112,9 @@ type subscriberJSON struct {
 	URL        string   `json:"url"`
 	EventTypes []string `json:"event_types"`
 	Rate       struct {
-		PerSecond float64 `json:"per_second"`
-		Burst     float64 `json:"burst"`
-		EdgeShare float64 `json:"edge_share"`
+		PerSecond float64  `json:"per_second"`
+		Burst     float64  `json:"burst"`
+		EdgeShare *float64 `json:"edge_share"` // shown where it can matter
 	} `json:"rate"`
 	MaxAttempts int        `json:"max_attempts"`
 	TimeoutMS   int        `json:"timeout_ms"`
@@ -308,11 +308,15 @@ func (c *cli) subscriberFields(s *subscriberJSON, reveal bool) error {
 	if !reveal && secret != "" {
 		secret = "whsec_… (hidden; --show-secret or --json to print it)"
 	}
+	rate := s.rate() + ", burst " + number(s.Rate.Burst)
+	if s.Rate.EdgeShare != nil {
+		rate += ", edge share " + number(*s.Rate.EdgeShare)
+	}
 	kv := []string{
 		"ID", s.ID,
 		"URL", s.URL,
 		"EVENT TYPES", strings.Join(s.EventTypes, ", "),
-		"RATE", fmt.Sprintf("%s, burst %s, edge share %s", s.rate(), number(s.Rate.Burst), number(s.Rate.EdgeShare)),
+		"RATE", rate,
 		"MAX ATTEMPTS", fmt.Sprint(s.MaxAttempts),
 		"TIMEOUT", millis(int64(s.TimeoutMS)),
 		"PAUSED", yesNo(s.Paused),

@@ -209,7 +209,7 @@ func TestClientSubscribersRoundTrip(t *testing.T) {
 		"--rate", "10", "--burst", "20", "--max-attempts", "3", "--timeout", "2s", "--secret", testSecret)
 	for key, want := range map[string]string{
 		"ID": "partner-a", "URL": hook, "EVENT TYPES": "video.trending, invoice.paid",
-		"RATE": "10/s, burst 20, edge share 0.5", "MAX ATTEMPTS": "3", "TIMEOUT": "2s", "PAUSED": "no",
+		"RATE": "10/s, burst 20", "MAX ATTEMPTS": "3", "TIMEOUT": "2s", "PAUSED": "no",
 		"SECRET": testSecret,
 	} {
 		if row := rowOf(r.stdout, key); len(row) != 2 || row[1] != want {

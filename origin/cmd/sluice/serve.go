@@ -261,7 +261,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	m.Watch(disp, l, log)
 	handler := api.New(api.Config{
 		Ledger: l, Dispatcher: disp, Egress: policy, TokenSHA256: token,
-		MaxBody: int64(c.maxBody), Logger: log, Metrics: m.Handler(),
+		MaxBody: int64(c.maxBody), Logger: log, Metrics: m.Handler(), EdgeLane: edge != nil,
 	})
 
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
