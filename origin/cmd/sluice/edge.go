@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/cloudflare/cloudflare-go/v6/durable_objects"
 	"github.com/cloudflare/cloudflare-go/v6/option"
@@ -106,6 +107,7 @@ func newEdgeFlags(name, summary string, conn *cfConn, stderr io.Writer) *cmdFlag
 	f.StringVar(&conn.script, "script", defaultEdgeScript, "the Worker's name")
 	f.env["script"] = envName("edge-script")
 	f.StringVar(&conn.baseURL, "cf-base-url", defaultCFBaseURL, "Cloudflare API base URL (tests, proxies)")
+	f.env["cf-base-url"] = "CLOUDFLARE_BASE_URL" // cloudflare-go's own
 	f.IntVar(&conn.retries, "cf-retries", 2, "retries of a call that hit a rate limit, a 5xx or a network error")
 	f.BoolVar(&f.conn.json, "json", false, "print JSON instead of a table")
 	f.Usage = f.usage
@@ -125,6 +127,9 @@ func (c *cfConn) check() error {
 		return fmt.Errorf("--account-id is not a Cloudflare account id (32 hex digits): %w", errUsage)
 	case c.token == "":
 		return fmt.Errorf("needs --cf-api-token (or CLOUDFLARE_API_TOKEN): %w", errUsage)
+	case strings.ContainsFunc(c.token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+		// Not quoted, as for the account id.
+		return fmt.Errorf("--cf-api-token has a space or control character, which no API token has: %w", errUsage)
 	case !cfScriptName.MatchString(c.script):
 		return fmt.Errorf("--script is not a Worker name (letters, digits, - and _; at most 63): %w", errUsage)
 	case c.retries < 0 || c.retries > 10:
@@ -133,6 +138,10 @@ func (c *cfConn) check() error {
 	u, err := url.Parse(strings.TrimSpace(c.baseURL))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Errorf("--cf-base-url %s is not an http:// or https:// base URL such as %s: %w", shownURL(c.baseURL), defaultCFBaseURL, errUsage)
+	}
+	if u.User != nil {
+		// Not shown: what sits there is a credential.
+		return fmt.Errorf("--cf-base-url carries a user name or password; the API token goes in --cf-api-token: %w", errUsage)
 	}
 	c.baseURL = u.String()
 	return nil

@@ -492,12 +492,25 @@ func TestEdgeUsage(t *testing.T) {
 		{"edge", "status", "--cf-base-url", "ftp://example.com"},
 		{"edge", "status", "--cf-base-url", cf.URL, "--account-id", "acc/../../zones"},
 		{"edge", "status", "--cf-base-url", cf.URL, "--cf-retries", "-1"},
+		{"edge", "status", "--cf-base-url", cf.URL, "--cf-api-token", "abc\nsecret-tok"},
+		{"edge", "status", "--cf-base-url", strings.Replace(cf.URL, "://", "://secret-user:secret-pass@", 1)},
 	} {
-		if r := runEdge(t, cfEnv(), args...); r.code() != 2 {
+		r := runEdge(t, cfEnv(), args...)
+		if r.code() != 2 {
 			t.Errorf("sluice %s: exit %d (%s), want 2", strings.Join(args, " "), r.code(), r.message())
+		}
+		if msg := r.message() + r.stdout; strings.Contains(msg, "secret-") {
+			t.Errorf("sluice %s printed a credential: %s", strings.Join(args, " "), msg)
 		}
 	}
 	cf.expect()
+
+	// cloudflare-go's own variable names the base URL too.
+	env := cfEnv()
+	env["CLOUDFLARE_BASE_URL"] = "ftp://example.com"
+	if r := runEdge(t, env, "edge", "status"); r.code() != 2 || !strings.Contains(r.message(), "ftp://example.com") {
+		t.Errorf("edge status with CLOUDFLARE_BASE_URL=ftp://example.com: exit %d (%s), want 2 naming it", r.code(), r.message())
+	}
 
 	r := runEdge(t, cfEnv(), "edge", "put-secret", "--help")
 	if r.err != nil {
