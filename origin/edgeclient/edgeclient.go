@@ -120,7 +120,7 @@ func (c *Client) Deliver(ctx context.Context, req edgewire.DeliverRequest) (defe
 		if err := json.Unmarshal(raw, &d); err != nil || !d.Deferred {
 			return 0, res, fmt.Errorf("%w: unreadable deferral", ErrLane)
 		}
-		return max(time.Duration(d.RetryInMS)*time.Millisecond, time.Millisecond), res, nil
+		return deferral(d.RetryInMS), res, nil
 	case http.StatusOK:
 		if err := json.Unmarshal(raw, &res); err != nil {
 			return 0, res, fmt.Errorf("%w: unreadable result", ErrLane)
@@ -141,4 +141,21 @@ func (c *Client) Deliver(ctx context.Context, req edgewire.DeliverRequest) (defe
 		return 0, res, fmt.Errorf("%w: worker answered %d %s", failed, resp.StatusCode, e.Error.Code)
 	}
 	return 0, res, fmt.Errorf("%w: worker answered %d", failed, resp.StatusCode)
+}
+
+// A Worker's word on when to come back is held between minDeferral and
+// maxDeferral: one answering 0 would otherwise send each delivery back and
+// forth, a ledger write each time, hundreds of times a second, and one
+// answering years would park its deliveries until then (an hour is what a
+// Retry-After may pause a subscriber for).
+const (
+	minDeferral = 10 * time.Millisecond
+	maxDeferral = time.Hour
+)
+
+func deferral(ms int64) time.Duration {
+	if ms >= maxDeferral.Milliseconds() {
+		return maxDeferral
+	}
+	return max(time.Duration(ms)*time.Millisecond, minDeferral)
 }

@@ -23,7 +23,7 @@ type oneToken struct{ used atomic.Bool }
 
 func (o *oneToken) Take(context.Context, string, bucket.Rate) (worker.Grant, error) {
 	if o.used.Swap(true) {
-		return worker.Grant{RetryIn: 1500}, nil // 1.5 µs: rounds up to 1 ms
+		return worker.Grant{RetryIn: 1500}, nil // 1.5 µs
 	}
 	return worker.Grant{OK: true}, nil
 }
@@ -150,5 +150,37 @@ func TestARequestCarriesItsSendByTime(t *testing.T) {
 	dr := <-got
 	if want := now.Add(margin - time.Second).UnixMilli(); dr.SendByMS != want {
 		t.Errorf("send_by_ms %d, want %d (4 s after sending)", dr.SendByMS, want)
+	}
+}
+
+// A Worker that answers "come back at once" or "in years" is held to the
+// bounds: a deferral is at least 10 ms and at most an hour.
+func TestADeferralIsBounded(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		answer string
+		want   time.Duration
+	}{
+		{`0`, 10 * time.Millisecond},
+		{`-5`, 10 * time.Millisecond},
+		{`250`, 250 * time.Millisecond},
+		{`999999999999`, time.Hour},
+		{`9223372036854775807`, time.Hour},
+	} {
+		w := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+			rw.WriteHeader(http.StatusAccepted)
+			rw.Write([]byte(`{"deferred":true,"retry_in_ms":` + tc.answer + `}`))
+		}))
+		c, err := New(w.URL, secret, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := edgewire.DeliverRequest{DeliveryID: "dlv_1", SubscriberID: "s", URL: "http://127.0.0.1:9/", Body: `{}`,
+			Rate: bucket.Rate{PerSecond: 1, Burst: 1}, TimeoutMS: 2000}
+		got, _, err := c.Deliver(context.Background(), req)
+		w.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("retry_in_ms %s: deferred for %v (%v), want %v", tc.answer, got, err, tc.want)
+		}
 	}
 }
