@@ -17,6 +17,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -106,12 +107,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	began := h.Now()
 	if r.URL.Path != edgewire.DeliverPath {
-		writeError(w, http.StatusNotFound, "not_found", "the edge serves only POST "+edgewire.DeliverPath)
+		h.refuse(w, http.StatusNotFound, "not_found", "the edge serves only POST "+edgewire.DeliverPath)
 		return
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
+		h.refuse(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
 		return
 	}
 	if h.misconfigured != nil {
@@ -124,10 +125,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request exceeds %d bytes", edgewire.MaxRequestBytes))
+			h.refuse(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request exceeds %d bytes", edgewire.MaxRequestBytes))
 			return
 		}
-		writeError(w, http.StatusBadRequest, "bad_request", "reading the request failed")
+		h.refuse(w, http.StatusBadRequest, "bad_request", "reading the request failed")
 		return
 	}
 	// Authenticate before reading a byte of what the body says.
@@ -139,15 +140,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	var req edgewire.DeliverRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_json", "the body is not a deliver request")
+		msg := "the body is not a deliver request"
+		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && te.Field != "" {
+			msg += ": " + te.Field + " must be " + jsonKind(te.Type)
+		}
+		h.refuse(w, http.StatusBadRequest, "bad_json", msg)
 		return
 	}
 	if err := req.Validate(); err != nil {
-		writeError(w, http.StatusUnprocessableEntity, "invalid", strings.TrimPrefix(err.Error(), "edgewire: "))
+		h.refuse(w, http.StatusUnprocessableEntity, "invalid", strings.TrimPrefix(err.Error(), "edgewire: "))
 		return
 	}
 	if req.DeliveryID != r.Header.Get(signature.HeaderID) {
-		writeError(w, http.StatusUnprocessableEntity, "invalid", "delivery_id must equal webhook-id")
+		h.refuse(w, http.StatusUnprocessableEntity, "invalid", "delivery_id must equal webhook-id")
 		return
 	}
 	log := h.Logger.With("delivery_id", req.DeliveryID, "subscriber", SubscriberHash(req.SubscriberID))
@@ -182,6 +187,34 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // expired answers 408 for a request whose send-by time has passed: the
 // origin has stopped waiting, and sends the delivery again itself.
+// refuse answers a request the edge will not act on, with its one log
+// line: the status and code, never what the request held.
+func (h *handler) refuse(w http.ResponseWriter, status int, code, msg string) {
+	h.Logger.Warn("deliver", "outcome", "refused", "status", status, "code", code)
+	writeError(w, status, code, msg)
+}
+
+// jsonKind names the JSON a Go type is read from, for a message about a
+// field of the wrong kind.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "of another type"
+}
+
 func (h *handler) expired(w http.ResponseWriter, log *slog.Logger, req *edgewire.DeliverRequest, began time.Time) bool {
 	now := h.Now()
 	if !req.Expired(now) {

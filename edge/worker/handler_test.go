@@ -458,6 +458,11 @@ func TestRefusesRequestsItCannotUse(t *testing.T) {
 
 	status, body = b.post(t, "dlv_1", []byte(`{"delivery_id":`), edgeSecret, b.clock.Now())
 	check("bad JSON", status, body, http.StatusBadRequest, "bad_json")
+	status, body = b.post(t, "dlv_1", []byte(`{"delivery_id":"dlv_1","timeout_ms":"5"}`), edgeSecret, b.clock.Now())
+	check("timeout_ms a string", status, body, http.StatusBadRequest, "bad_json")
+	if msg := decode[edgewire.Error](t, body).Error.Message; !strings.Contains(msg, "timeout_ms must be a whole number") {
+		t.Errorf("timeout_ms a string: message %q does not name the field and what it must be", msg)
+	}
 
 	for name, edit := range map[string]func(*edgewire.DeliverRequest){
 		"zero rate":            func(d *edgewire.DeliverRequest) { d.Rate = bucket.Rate{} },
@@ -467,6 +472,7 @@ func TestRefusesRequestsItCannotUse(t *testing.T) {
 		"header with CRLF":     func(d *edgewire.DeliverRequest) { d.Headers["x-a"] = "1\r\nx-b: 2" },
 		"timeout too long":     func(d *edgewire.DeliverRequest) { d.TimeoutMS = edgewire.MaxTimeoutMS + 1 },
 		"id is not webhook-id": func(d *edgewire.DeliverRequest) { d.DeliveryID = "dlv_other" },
+		"no body":              func(d *edgewire.DeliverRequest) { d.Body = "" },
 	} {
 		dr := valid()
 		edit(&dr)
@@ -484,6 +490,10 @@ func TestRefusesRequestsItCannotUse(t *testing.T) {
 	}
 	if n := b.buckets.Calls(); n != 0 {
 		t.Errorf("%d bucket takes, want none", n)
+	}
+	// Each refusal is a log line too: GET, path, two bad JSONs, 8 invalid, too large.
+	if n := strings.Count(b.logs.String(), `"outcome":"refused"`); n != 13 {
+		t.Errorf("%d refusal log lines, want 13:\n%s", n, b.logs.String())
 	}
 }
 

@@ -145,6 +145,9 @@ func (r *DeliverRequest) Validate() error {
 		return fmt.Errorf("%w: timeout_ms must be 0 to %d", ErrInvalid, MaxTimeoutMS)
 	case r.SendByMS < 0:
 		return fmt.Errorf("%w: send_by_ms must be a Unix time in milliseconds, or 0 for none", ErrInvalid)
+	case r.Body == "":
+		// An event is a JSON object: an empty body is a request gone wrong.
+		return fmt.Errorf("%w: body must hold the event's JSON", ErrInvalid)
 	}
 	u, err := url.Parse(r.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {

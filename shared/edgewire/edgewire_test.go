@@ -43,7 +43,7 @@ func TestValidate(t *testing.T) {
 		return DeliverRequest{
 			DeliveryID: "dlv_1", SubscriberID: "sub_1", URL: "http://127.0.0.1:9/h",
 			Headers: map[string]string{"webhook-id": "evt_1", "content-type": "application/json"},
-			Rate:    bucket.Rate{PerSecond: 1, Burst: 1},
+			Rate:    bucket.Rate{PerSecond: 1, Burst: 1}, Body: `{"type":"t"}`,
 		}
 	}
 	r := valid()
@@ -60,6 +60,7 @@ func TestValidate(t *testing.T) {
 		"negative timeout":      func(r *DeliverRequest) { r.TimeoutMS = -1 },
 		"timeout over max":      func(r *DeliverRequest) { r.TimeoutMS = MaxTimeoutMS + 1 },
 		"negative send-by time": func(r *DeliverRequest) { r.SendByMS = -1 },
+		"no body":               func(r *DeliverRequest) { r.Body = "" },
 		"no scheme":             func(r *DeliverRequest) { r.URL = "example.com/h" },
 		"credentials in url":    func(r *DeliverRequest) { r.URL = "https://u:p@example.com/h" },
 		"header name":           func(r *DeliverRequest) { r.Headers["bad name"] = "v" },
