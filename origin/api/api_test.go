@@ -151,6 +151,7 @@ type deliveryJSON struct {
 	Status       string        `json:"status"`
 	AttemptCount int           `json:"attempt_count"`
 	UpdatedAt    time.Time     `json:"updated_at"`
+	NextAttempt  *time.Time    `json:"next_attempt_at"`
 	LastError    string        `json:"last_error"`
 	Attempts     []attemptJSON `json:"attempts"`
 }
@@ -1242,52 +1243,49 @@ func TestPatchedRateBringsItsBurst(t *testing.T) {
 	}
 }
 
-// Resuming a subscriber lifts the pause its own Retry-After set: the
-// operator, who may know it is back, overrides its hour.
-func TestResumeLiftsARetryAfterPause(t *testing.T) {
+// An operator's pause and resume leave a Retry-After pause where the
+// subscriber put it: resuming a subscriber that answered 429 must not send
+// it what it asked to wait for (that is how a partner bans a sender). So
+// does a PATCH that carries "paused": false with other changes.
+func TestResumeKeepsARetryAfterPause(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int32
-	got := make(chan int32, 8)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		n := calls.Add(1)
-		got <- n
-		if n == 1 {
-			w.Header().Set("Retry-After", "3600")
-			w.WriteHeader(http.StatusTooManyRequests)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+		calls.Add(1)
+		w.Header().Set("Retry-After", "3600")
+		w.WriteHeader(http.StatusTooManyRequests)
 	}))
 	t.Cleanup(srv.Close)
 	b.createSubscriber(t, `{"id":"busy","url":"`+srv.URL+`/hook"}`)
-	e := b.postEvent(t, `{"id":"later","type":"t.x"}`, http.StatusAccepted)
-	if e.Deliveries != 1 {
-		t.Fatalf("enqueue: %+v", e)
-	}
-	<-got
+	b.postEvent(t, `{"id":"first","type":"t.x"}`, http.StatusAccepted)
+	var until any
 	waitFor(t, "the Retry-After pause", func() (bool, string) {
 		var s map[string]any
 		b.do(t, "GET", "/v1/subscribers/busy", "", http.StatusOK, &s)
-		return s["paused_until"] != nil, fmt.Sprintf("subscriber %v", s)
+		until = s["paused_until"]
+		return until != nil, fmt.Sprintf("subscriber %v", s)
 	})
+	b.postEvent(t, `{"id":"second","type":"t.x"}`, http.StatusAccepted)
+	b.do(t, "PATCH", "/v1/subscribers/busy", `{"paused":true}`, http.StatusOK, nil)
 	b.do(t, "PATCH", "/v1/subscribers/busy", `{"paused":false}`, http.StatusOK, nil)
-	select {
-	case n := <-got:
-		if n != 2 {
-			t.Fatalf("request %d after resume, want the second", n)
-		}
-	case <-time.After(waitLimit):
-		t.Fatalf("nothing sent within %s of resuming a subscriber paused by Retry-After for an hour", waitLimit)
-	}
+	b.do(t, "PATCH", "/v1/subscribers/busy", `{"paused":false,"max_attempts":5}`, http.StatusOK, nil)
+
 	var s map[string]any
 	b.do(t, "GET", "/v1/subscribers/busy", "", http.StatusOK, &s)
-	if s["paused_until"] != nil {
-		t.Errorf("after resume the subscriber still shows paused_until %v", s["paused_until"])
+	if s["paused_until"] != until {
+		t.Errorf("after pause and resume the subscriber shows paused_until %v, want %v as its Retry-After set", s["paused_until"], until)
 	}
 	stored, err := b.ledger.Subscriber(context.Background(), "busy")
-	if err != nil || !stored.PausedUntil.IsZero() {
-		t.Errorf("the ledger keeps the pause until %v (%v): a restart would bring it back", stored.PausedUntil, err)
+	if err != nil || stored.PausedUntil.IsZero() {
+		t.Errorf("the ledger lost the Retry-After pause (%v): a resume let it go", err)
+	}
+	d := b.delivery(t, b.event(t, "second").Deliveries[0].ID)
+	if want, _ := time.Parse(time.RFC3339Nano, until.(string)); d.NextAttempt == nil || d.NextAttempt.Before(want) {
+		t.Errorf("the second delivery can go at %v, before the pause ends at %v", d.NextAttempt, want)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the subscriber got %d requests, want only the one it answered with Retry-After", n)
 	}
 }
 

@@ -31,7 +31,6 @@ import (
 // once instead of at the next poll.
 type Dispatcher interface {
 	Upsert(s ledger.Subscriber)
-	Resume(ctx context.Context, id string) error
 	ProbeNow(id string)
 	Remove(id string)
 	Notify(at time.Time, subscriberIDs ...string)

@@ -318,12 +318,6 @@ func (s *Server) patchSubscriber(c echo.Context) error {
 			s.log.Info("subscriber resumed by the operator", "subscriber_id", updated.ID)
 		}
 	}
-	if in.Paused != nil && !*in.Paused {
-		// Resuming also lifts a pause the subscriber's Retry-After set.
-		if err := s.Dispatcher.Resume(ctx, cur.ID); err != nil {
-			return err
-		}
-	}
 	return c.JSON(http.StatusOK, s.view(updated, s.Dispatcher.Snapshot()))
 }
 

@@ -364,33 +364,10 @@ func (d *Dispatcher) upsertLocked(s ledger.Subscriber, now time.Time) {
 	}
 }
 
-// Resume lifts a subscriber's Retry-After pause at the operator's word:
-// the subscriber asked for the wait, and the operator, who may know it is
-// back, overrides it. The deliveries the pause held back are due at once,
-// and the cleared pause is written, so a restart does not bring it back.
-func (d *Dispatcher) Resume(ctx context.Context, id string) error {
-	now := d.cfg.Clock.Now()
-	d.mu.Lock()
-	s, ok := d.subs[id]
-	if !ok || !s.cfg.PausedUntil.After(now) {
-		d.mu.Unlock()
-		return nil
-	}
-	until := s.cfg.PausedUntil
-	s.cfg.PausedUntil = time.Time{}
-	d.persistState(s) // a record already under way may carry the old pause; the next one carries this
-	d.mu.Unlock()
-	if err := d.ledger.Resume(ctx, id, until); err != nil {
-		return err
-	}
-	d.Notify(now, id)
-	return nil
-}
-
 // ProbeNow is the operator's retry or recover meeting an open breaker: its
 // one probe goes now, not when the cooldown ends, so deliveries put back to
 // run now do. A Retry-After pause, which the subscriber asked for, still
-// holds; Resume lifts that.
+// holds.
 func (d *Dispatcher) ProbeNow(id string) {
 	now := d.cfg.Clock.Now()
 	d.mu.Lock()

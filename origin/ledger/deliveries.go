@@ -270,23 +270,6 @@ func (l *Ledger) Requeue(ctx context.Context, id string) (Delivery, error) {
 	return l.Delivery(ctx, id)
 }
 
-// Resume lifts a subscriber's Retry-After pause that lasted until until:
-// its pause is cleared, and its pending deliveries the pause pushed back
-// (due after now, up to until) are due now.
-func (l *Ledger) Resume(ctx context.Context, subscriberID string, until time.Time) error {
-	return l.write(ctx, func(ctx context.Context, w *writer) error {
-		// A later pause (a 429 answered meanwhile, recorded first) stays.
-		if _, err := w.conn.ExecContext(ctx, `UPDATE subscribers SET paused_until = 0 WHERE id = ? AND paused_until <= ?`,
-			subscriberID, ms(until)); err != nil {
-			return err
-		}
-		_, err := w.conn.ExecContext(ctx, `UPDATE deliveries SET next_attempt_at = ?1, updated_at = ?1
-			WHERE subscriber_id = ?2 AND status = 'pending' AND next_attempt_at > ?1 AND next_attempt_at <= ?3`,
-			ms(w.now), subscriberID, ms(until))
-		return err
-	})
-}
-
 // Recover requeues every dead delivery of a subscriber that died at or after
 // since, with fresh attempt budgets, and returns how many.
 func (l *Ledger) Recover(ctx context.Context, subscriberID string, since time.Time) (int, error) {

@@ -667,31 +667,6 @@ func TestARolledBackBatchTakesItsBornAfterBack(t *testing.T) {
 	}
 }
 
-// Resume clears the pause it was asked to lift, and the deliveries it held
-// back; a later pause, recorded first, stays.
-func TestResumeLiftsOnlyThePauseItKnows(t *testing.T) {
-	t.Parallel()
-	l, clock, _ := open(t)
-	ctx := context.Background()
-	addSubscriber(t, l, "p", "*")
-	later := clock.Now().Add(2 * time.Hour)
-	if err := l.Record(ctx, nil, []SubscriberState{{ID: "p", PausedUntil: later}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Resume(ctx, "p", clock.Now().Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if s, err := l.Subscriber(ctx, "p"); err != nil || !s.PausedUntil.Equal(later) {
-		t.Fatalf("after resuming an older pause: paused until %v (%v), want the later %v kept", s.PausedUntil, err, later)
-	}
-	if err := l.Resume(ctx, "p", later); err != nil {
-		t.Fatal(err)
-	}
-	if s, err := l.Subscriber(ctx, "p"); err != nil || !s.PausedUntil.IsZero() {
-		t.Fatalf("after resuming its pause: paused until %v (%v), want none", s.PausedUntil, err)
-	}
-}
-
 // A database file deleted or replaced under the running ledger still
 // answers through the handles held on it; Ping must not.
 func TestPingFailsWhenTheFileLeavesItsPath(t *testing.T) {
