@@ -35,7 +35,7 @@ func (c *commonFlags) register(fs interface {
 		// The live view reads sluice's stats; naive has none to show.
 		fs.BoolVar(&c.live, "live", false, "show per-subscriber progress every second")
 	}
-	fs.IntVar(&c.o.Events, "events", events, "events in the burst")
+	fs.IntVar(&c.o.Events, "events", events, "events to send (canal: one burst; chaos: batches over the run)")
 	fs.DurationVar(&c.o.Timeout, "timeout", timeout, "how long to wait for deliveries (bounded run)")
 	fs.StringVar(&c.jsonOut, "json", "", "also write the result as JSON to this file")
 	fs.Uint64Var(&c.o.Seed, "seed", 1, "seed of the partners' faults")

@@ -51,7 +51,8 @@ func (r *Result) Write(w io.Writer) error {
 	if err := report.WriteTable(w, title, r.Rows); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "  limit = burst + rate × (1s + %s allowed for arrival jitter); p50/p99 = enqueue → first accept\n",
+	fmt.Fprintf(w, "  limit = burst + rate × (1s + %s allowed for arrival jitter); p50/p99 = enqueue → first accept;\n"+
+		"  drain = time to deliver them all, or (n%%) delivered when the run ended, the rest still pending, not lost\n",
 		report.Short(time.Duration(r.Jitter)))
 	for _, k := range r.Kills {
 		fmt.Fprintf(w, "  kill -9 at t+%s: %d deliveries in flight, back in %s\n",

@@ -108,7 +108,7 @@ func bar(n, of, width int) string {
 
 // State says in a few words why a subscriber is where it is: drained,
 // banned by its partner, breaker open, paused by Retry-After, partner down,
-// throttled at its cap (its origin bucket, at rate, has no token above the
+// throttled (its origin bucket, at rate, has no token above the
 // reserve a sender keeps), or sending; with its dead letters.
 func State(pg partner.Progress, s instance.SubscriberStats, rate bucket.Rate, expected int, now time.Time) string {
 	var st string
@@ -126,7 +126,7 @@ func State(pg partner.Progress, s instance.SubscriberStats, rate bucket.Rate, ex
 	case pg.Mode != partner.Up:
 		st = "partner down (" + pg.Mode.String() + ")"
 	case s.Pending+s.Inflight > 0 && s.Tokens < 1+rate.SendReserve():
-		st = "throttled at its cap"
+		st = "throttled: burst spent, held to its rate"
 	case s.Pending+s.Inflight > 0:
 		st = "sending"
 	default:

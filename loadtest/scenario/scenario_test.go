@@ -53,9 +53,9 @@ func TestState(t *testing.T) {
 		{partner.Progress{Banned: true}, instance.SubscriberStats{Pending: 3, Breaker: "open"}, "BANNED by the partner"},
 		{partner.Progress{}, instance.SubscriberStats{Pending: 3, Breaker: "open", Dead: 2}, "breaker open · 2 dead letters"},
 		{partner.Progress{}, instance.SubscriberStats{Pending: 3, PausedUntil: &later}, "paused by Retry-After (1.50s left)"},
-		{partner.Progress{}, instance.SubscriberStats{Pending: 3, Tokens: 0.4}, "throttled at its cap"},
+		{partner.Progress{}, instance.SubscriberStats{Pending: 3, Tokens: 0.4}, "throttled: burst spent, held to its rate"},
 		// At 10/s sluice keeps one token back: 1.5 pays for nothing.
-		{partner.Progress{}, instance.SubscriberStats{Pending: 3, Tokens: 1.5}, "throttled at its cap"},
+		{partner.Progress{}, instance.SubscriberStats{Pending: 3, Tokens: 1.5}, "throttled: burst spent, held to its rate"},
 		{partner.Progress{}, instance.SubscriberStats{Pending: 3, Tokens: 7}, "sending"},
 		{partner.Progress{Mode: partner.Refusing}, instance.SubscriberStats{Pending: 3}, "partner down (refusing connections)"},
 	}

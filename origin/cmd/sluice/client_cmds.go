@@ -334,7 +334,8 @@ func (c *cli) subscriberFields(s *subscriberJSON, reveal bool) error {
 }
 
 func (c *cli) subscribersRm(ctx context.Context, args []string) error {
-	f := newCmdFlags("subscribers rm", "ID", "Removes a subscriber; sluice stops delivering to it.", "url", c.stderr)
+	f := newCmdFlags("subscribers rm", "ID", "Removes a subscriber and, with it, its deliveries and their attempts; sluice stops delivering to it.\n"+
+		"To stop deliveries and keep the history, use \"sluice subscribers pause\".", "url", c.stderr)
 	pos, err := f.parseArgs(args, c.getenv, "ID")
 	if err != nil {
 		return err

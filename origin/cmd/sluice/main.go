@@ -124,6 +124,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "edge":
 		return edge(ctx, args[1:], getenv, stdout, stderr)
 	case "version", "--version":
+		if len(args) > 1 && (args[1] == "-h" || args[1] == "-help" || args[1] == "--help") {
+			fmt.Fprintln(stdout, "Usage: sluice version\n\nPrints sluice's version.")
+			return nil
+		}
 		fmt.Fprintln(stdout, "sluice", version)
 		return nil
 	case "help", "-h", "--help":

@@ -50,7 +50,7 @@ func serveFlags(stderr io.Writer) (*flag.FlagSet, *serveConfig) {
 	fs.BoolVar(&c.allowPrivate, "allow-private-endpoints", false, "allow subscriber URLs on loopback, private and link-local addresses")
 	fs.StringVar(&c.edgeURL, "edge-url", "", "the edge Worker's URL; no edge lane when unset")
 	fs.StringVar(&c.edgeSecret, "edge-secret", "", "the origin-edge signing secret (whsec_…)")
-	fs.StringVar(&c.edgeTypes, "edge-types", "", "comma-separated event types delivered through the edge lane")
+	fs.StringVar(&c.edgeTypes, "edge-types", "", "comma-separated event types or patterns (video.*) delivered through the edge lane")
 	fs.IntVar(&c.workers, "workers", 64, "concurrent delivery attempts in total")
 	fs.DurationVar(&c.retryBase, "retry-base", time.Second, "full-jitter backoff base")
 	fs.DurationVar(&c.retryCap, "retry-cap", 30*time.Minute, "full-jitter backoff cap")
