@@ -70,6 +70,8 @@ func classify(err error) *apiError {
 		// request may well succeed in a moment. The cause stays in the log.
 		return &apiError{http.StatusServiceUnavailable, "unavailable",
 			"the ledger could not store this now (nothing was stored); try again"}
+	case errors.Is(err, ledger.ErrTooLarge):
+		return &apiError{http.StatusRequestEntityTooLarge, "too_large", strings.TrimSuffix(err.Error(), ": "+ledger.ErrTooLarge.Error())}
 	case errors.Is(err, ledger.ErrConflict):
 		return &apiError{http.StatusConflict, "conflict", strings.TrimSuffix(err.Error(), ": "+ledger.ErrConflict.Error())}
 	case errors.As(err, &he):

@@ -38,3 +38,20 @@ func TestAFailedWriteIsRetryLater(t *testing.T) {
 		t.Errorf("another failure: %d, Retry-After %q; want a plain 500", rec.Code, rec.Header().Get("Retry-After"))
 	}
 }
+
+// A fan-out the ledger refuses for its size is 413, and says what to do.
+func TestATooLargeFanOutIs413(t *testing.T) {
+	t.Parallel()
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	e := echo.New()
+	rec := httptest.NewRecorder()
+	c := e.NewContext(httptest.NewRequest(http.MethodPost, "/v1/events/batch", nil), rec)
+	s.handleError(fmt.Errorf("the events would fan out to 101000 deliveries; at most 100000 per request: send fewer events at once: %w", ledger.ErrTooLarge), c)
+	var b errorBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Code != http.StatusRequestEntityTooLarge || b.Error.Code != "too_large" || b.Error.Message != "the events would fan out to 101000 deliveries; at most 100000 per request: send fewer events at once" {
+		t.Errorf("answer %d %+v; want 413 too_large with the ledger's reason", rec.Code, b.Error)
+	}
+}

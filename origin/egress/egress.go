@@ -16,6 +16,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
+
+	"golang.org/x/net/idna"
 )
 
 // Errors returned by CheckURL and by the Client's dials wrap one of these with
@@ -78,6 +81,14 @@ func (p Policy) CheckURL(ctx context.Context, raw string) error {
 	if u.Opaque != "" || host == "" {
 		return fmt.Errorf("%w: no host", ErrInvalidURL)
 	}
+	if !ascii(host) {
+		// Check the name net/http will dial: its transport maps a
+		// non-ASCII host as IDNA lookup does, and "１２７.０.０.１" or
+		// "127。0。0。1" become 127.0.0.1 there.
+		if host, err = idna.Lookup.ToASCII(host); err != nil || host == "" {
+			return fmt.Errorf("%w: the host is not a valid internationalised domain name", ErrInvalidURL)
+		}
+	}
 	if port := u.Port(); port != "" {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return fmt.Errorf("%w: port out of range", ErrInvalidURL)
@@ -115,6 +126,15 @@ func (p Policy) CheckURL(ctx context.Context, raw string) error {
 		}
 	}
 	return nil
+}
+
+func ascii(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // numericLabel reports whether host's last label is a decimal or 0x-hex

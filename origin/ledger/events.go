@@ -45,6 +45,36 @@ type Admitter interface {
 	Unadmit(reserved map[string]int)
 }
 
+// fanOut counts the deliveries events would create if none were stored yet
+// (an id repeated in events counts once), or 0 when that cannot exceed
+// MaxFanOut.
+func (l *Ledger) fanOut(events []NewEvent) int {
+	if len(events)*len(l.patterns) <= MaxFanOut {
+		return 0 // within the bound whatever matches
+	}
+	n := 0
+	seen := make(map[string]bool, len(events))
+	for _, e := range events {
+		if seen[e.ID] {
+			continue
+		}
+		seen[e.ID] = true
+		for _, patterns := range l.patterns {
+			if event.MatchType(patterns, e.Type) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// MaxFanOut is the most deliveries one Enqueue may create. The write loop
+// is single, so one request fanning out to millions of rows (1,000 events
+// to 5,000 catch-all subscribers) would hold every other enqueue and every
+// outcome behind it for minutes, with the rows held in memory meanwhile;
+// at this size the commit takes about a second.
+const MaxFanOut = 100_000
+
 // oneByOne is how many in-flight deliveries an enqueue inserts a row at a
 // time rather than in one statement with RETURNING.
 const oneByOne = 4
@@ -65,6 +95,12 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent) (EnqueueResult,
 	err := l.write(ctx, func(ctx context.Context, w *writer) error {
 		res = EnqueueResult{Events: make([]Enqueued, len(events)), Subscribers: map[string]int{}}
 		reserved, handoff = map[string]int{}, nil
+		// Checked before any write, so a refusal leaves the batch intact.
+		// Events already stored count too: the bound needs no read.
+		if n := l.fanOut(events); n > MaxFanOut {
+			return fmt.Errorf("the events would fan out to %d deliveries; at most %d per request: send fewer events at once: %w",
+				n, MaxFanOut, ErrTooLarge)
+		}
 		now := ms(w.now)
 		inserted := make(map[string]int64, len(events))
 		if len(events) == 1 {

@@ -409,7 +409,7 @@ type op struct {
 
 // domainError reports whether err is one an op returns without having written.
 func domainError(err error) bool {
-	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict)
+	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrTooLarge)
 }
 
 // maxBatch bounds how many ops share one commit, so a flood of enqueues

@@ -212,6 +212,43 @@ func TestMigrationsApplyOnceAndAreRecorded(t *testing.T) {
 	}
 }
 
+// An enqueue that would fan out past MaxFanOut is refused before it writes
+// anything; one of the same events to fewer subscribers goes in.
+func TestEnqueueRefusesAFanOutPastTheBound(t *testing.T) {
+	t.Parallel()
+	l, _, _ := open(t)
+	ctx := context.Background()
+	const subs = 101
+	for i := range subs {
+		addSubscriber(t, l, fmt.Sprintf("all-%03d", i), "*")
+	}
+	addSubscriber(t, l, "few", "video.few")
+	batch := func(typ string) []NewEvent {
+		var evs []NewEvent
+		for i := range MaxFanOut / (subs - 1) {
+			id := fmt.Sprintf("%s-%d", typ, i)
+			evs = append(evs, NewEvent{ID: id, Type: typ, Body: []byte(`{"id":"` + id + `"}`)})
+		}
+		return evs
+	}
+	_, err := l.Enqueue(ctx, batch("video.many")) // 1,000 events × 101 subscribers
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "101000 deliveries") {
+		t.Fatalf("Enqueue of a 101,000-delivery fan-out = %v, want ErrTooLarge naming the count", err)
+	}
+	var events, deliveries int
+	l.rdb.QueryRow(`SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM deliveries)`).Scan(&events, &deliveries)
+	if events != 0 || deliveries != 0 {
+		t.Fatalf("a refused enqueue stored %d events and %d deliveries", events, deliveries)
+	}
+	if err := l.DeleteSubscriber(ctx, "all-000"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.Enqueue(ctx, batch("video.many")) // 1,000 × 100: at the bound
+	if err != nil || res.Events[0].Deliveries != 100 {
+		t.Fatalf("Enqueue at the bound = %v, %v; want 100 deliveries per event", res.Events[0], err)
+	}
+}
+
 func TestEnqueueIsIdempotentAndFansOutByType(t *testing.T) {
 	t.Parallel()
 	l, _, _ := open(t)

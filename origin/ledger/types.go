@@ -13,6 +13,8 @@ import (
 var (
 	ErrNotFound = errors.New("not found")
 	ErrConflict = errors.New("conflict")
+	// ErrTooLarge is a write the ledger refuses for its size alone.
+	ErrTooLarge = errors.New("too large")
 	ErrLocked   = errors.New("database is in use by another sluice process")
 	// ErrWriteFailed is a batch that could not commit (a full disk, an I/O
 	// error): nothing of it was stored, and the same write may succeed

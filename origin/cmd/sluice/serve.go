@@ -14,8 +14,11 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
+
+	"golang.org/x/net/netutil"
 
 	"github.com/sluice-dev/sluice/origin/api"
 	"github.com/sluice-dev/sluice/origin/breaker"
@@ -111,6 +114,33 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("%w: %w", errors.Join(errs...), errUsage)
 	}
 	return nil
+}
+
+// apiReadTimeout bounds how long one request may take to arrive, body
+// included: a client that sends headers and then trickles or withholds its
+// body would otherwise hold its connection (and, after a 401, net/http's
+// read of the unread body) for ever. A batch of 16 MiB still arrives in
+// time at 300 KB/s.
+const apiReadTimeout = time.Minute
+
+// apiServer serves h with the timeouts that keep slow or idle clients from
+// holding connections: headers within 10 s, the whole request within
+// readFor, and 120 s between requests.
+func apiServer(h http.Handler, readFor time.Duration) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: readFor, IdleTimeout: 120 * time.Second}
+}
+
+// maxAPIConns is how many API connections serve holds at once: half the
+// file descriptors the process may open (Go raises the soft limit to the
+// hard one at start-up), so clients that open connections and never finish
+// a request cannot take those the database and the deliveries need. The
+// rest wait in the kernel's accept queue.
+func maxAPIConns() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+		return 4096
+	}
+	return int(min(max(rl.Cur/2, 64), 1<<16))
 }
 
 // validAddr reports whether net.Listen could take addr: host:port, where
@@ -264,7 +294,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		MaxBody: int64(c.maxBody), Logger: log, Metrics: m.Handler(), EdgeLane: edge != nil,
 	})
 
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	srv := apiServer(handler, apiReadTimeout)
 	serving = true
 	fmt.Fprintf(stdout, "sluice %s listening on http://%s\n", version, ln.Addr())
 	log.Info("serving", "addr", ln.Addr().String(), "workers", c.workers, "allow_private_endpoints", c.allowPrivate)
@@ -273,7 +303,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	dispDone := make(chan error, 1)
 	go func() { dispDone <- disp.Run(dispCtx) }()
 	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.Serve(ln) }()
+	go func() { srvDone <- srv.Serve(netutil.LimitListener(ln, maxAPIConns())) }()
 	retainCtx, stopRetain := context.WithCancel(ctx)
 	retained := make(chan struct{})
 	go func() {
