@@ -93,7 +93,7 @@ func (d *Dispatcher) settle(s *sub, c ledger.Claimed, a *ledger.Attempt, retryAf
 	out = []ledger.Result{res}
 	d.free++
 	if known = d.liveLocked(s); known {
-		s.inflight--
+		s.ended(c.Seq)
 		s.noteAnswer(now.Sub(a.At), now)
 		out = append(out, d.holdLocked(s, now)...)
 	}
@@ -134,7 +134,14 @@ func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, 
 	// endpoint that is down, whatever it asks: it counts, so an outage
 	// opens the breaker instead of spending every delivery's attempts.
 	paced := pause > 0 && a.StatusCode == http.StatusTooManyRequests
-	if from := s.cfg.Breaker.State; !paced && s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
+	// A failure of an attempt started before the breaker last moved afresh
+	// (opened, or an operator's probe or new URL) says nothing new: it must
+	// not reopen the breaker in the probe's place, nor count against a new
+	// URL. A late success still closes it: the endpoint answers.
+	if from := s.cfg.Breaker.State; !paced && (ok || s.fresh(c.Seq)) && s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
+		if s.cfg.Breaker.State == breaker.Open {
+			s.newEpoch()
+		}
 		d.persistState(s)
 		d.breakerMoved(s, from)
 	}
@@ -183,7 +190,7 @@ func (d *Dispatcher) abandoned(owner *sub, c ledger.Claimed, lane ledger.Lane, s
 	d.free++
 	known := d.liveLocked(owner)
 	if known {
-		owner.inflight--
+		owner.ended(c.Seq)
 	}
 	subID := owner.cfg.ID
 	d.mu.Unlock()

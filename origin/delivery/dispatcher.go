@@ -172,6 +172,13 @@ type sub struct {
 	signerUntil time.Time    // when the signer's secrets change (zero: never)
 	bucket      bucket.State // the origin lane's
 	inflight    int
+	// epoch counts the breaker's fresh starts (opening, an operator's
+	// probe, a new URL): the failure of an attempt started in an earlier
+	// one tells the breaker nothing, and it takes no half-open slot.
+	// started holds the epoch of each attempt in flight by seq; current
+	// counts those of this one.
+	epoch, current int
+	started        map[int64]int
 	// answered is when an attempt last answered, and answerTime a moving
 	// average of how long attempts take to answer: together they tell a
 	// fast subscriber (FastSubscriber cap) from a slow or stalled one.
@@ -190,6 +197,46 @@ type sub struct {
 	due      time.Time // earliest known due time of those
 	claiming bool      // a claim for it is being committed
 	noted    time.Time // earliest due time noted during that claim
+}
+
+// began notes an attempt of seq going out in s's current epoch.
+func (s *sub) began(seq int64) {
+	if s.started == nil {
+		s.started = map[int64]int{}
+	}
+	s.started[seq] = s.epoch
+	s.inflight++
+	s.current++
+}
+
+// fresh reports whether the attempt of seq began in s's current epoch.
+func (s *sub) fresh(seq int64) bool {
+	e, ok := s.started[seq]
+	return ok && e == s.epoch
+}
+
+// ended notes the attempt of seq back.
+func (s *sub) ended(seq int64) {
+	if s.fresh(seq) {
+		s.current--
+	}
+	delete(s.started, seq)
+	s.inflight--
+}
+
+// newEpoch starts the breaker afresh: the attempts out now are from before.
+func (s *sub) newEpoch() {
+	s.epoch++
+	s.current = 0
+}
+
+// busy is what s has in flight against its in-flight limit: a half-open
+// breaker's one probe is one started since it last moved.
+func (s *sub) busy() int {
+	if s.cfg.Breaker.State == breaker.HalfOpen {
+		return s.current
+	}
+	return s.inflight
 }
 
 // New returns a dispatcher over l, registered to take new deliveries
@@ -323,6 +370,7 @@ func (d *Dispatcher) upsertLocked(s ledger.Subscriber, now time.Time) {
 	}
 	st.cfg = s
 	if reset {
+		st.newEpoch()
 		d.persistState(st)
 		d.breakerMoved(st, from)
 	}
@@ -372,6 +420,7 @@ func (d *Dispatcher) ProbeNow(id string) {
 	now := d.cfg.Clock.Now()
 	d.mu.Lock()
 	if s, ok := d.subs[id]; ok && s.cfg.Breaker.Probe() {
+		s.newEpoch()
 		d.persistState(s)
 		d.breakerMoved(s, breaker.Open)
 	}
@@ -617,7 +666,7 @@ func (d *Dispatcher) plan(now time.Time) (reqs []ledger.ClaimRequest, owners []*
 // seconds, and a claim's few milliseconds are nothing beside them. A
 // half-open breaker gets its probe alone.
 func (d *Dispatcher) roomLocked(s *sub, limit, ahead int) int {
-	room := limit - s.inflight - len(s.queue) - s.admitted
+	room := limit - s.busy() - len(s.queue) - s.admitted
 	if limit >= d.cfg.PerSubscriber && s.answerTime > 0 && s.answerTime < slowAnswer {
 		room += ahead
 	}
@@ -834,7 +883,7 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			if d.free <= d.reserve && (s.inflight > 0 || s.slow()) {
 				continue
 			}
-			if limit, _ := d.limitLocked(s, now); s.inflight >= limit {
+			if limit, _ := d.limitLocked(s, now); s.busy() >= limit {
 				continue
 			}
 			i, lane, ok := d.nextLocked(s, now)
@@ -843,7 +892,7 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			}
 			c := s.queue[i]
 			s.queue = slices.Delete(s.queue, i, i+1)
-			s.inflight++
+			s.began(c.Seq)
 			d.free--
 			d.unrecorded++
 			d.running.Add(1)

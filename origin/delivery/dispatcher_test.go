@@ -624,6 +624,95 @@ func TestDeadLetterAfterMaxAttemptsThenRetryAndRecover(t *testing.T) {
 	}
 }
 
+// An attempt started before the breaker last moved afresh tells it nothing.
+// Here one is still out (held) when the first failure opens the breaker and
+// the operator's retry turns it half-open: the probe goes at once beside
+// it, and its late failure neither takes the probe's place nor reopens the
+// breaker for another hour.
+func TestALateAttemptDoesNotTakeTheOperatorsProbe(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true, func(c *Config) { c.Breaker = breaker.Settings{Threshold: 1, Cooldown: time.Hour} })
+	release := make(chan struct{})
+	var healthy atomic.Bool
+	rc := newReceiver(t, b.clock, func(_ *http.Request, n int) (int, http.Header) {
+		if n == 2 {
+			<-release
+		}
+		if healthy.Load() && n > 2 {
+			return http.StatusOK, nil
+		}
+		return http.StatusInternalServerError, nil
+	})
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free) // before the receiver closes: it waits for the held request
+	b.subscriber("s", rc.URL, func(s *ledger.Subscriber) { s.MaxAttempts = 1 })
+	b.send("e", "t", 2)
+	waitFor(t, 5*time.Second, "two requests and an open breaker", func() bool {
+		return rc.count() == 2 && b.d.Snapshot()["s"].Breaker.State == breaker.Open
+	})
+	var dead ledger.Delivery
+	waitFor(t, 5*time.Second, "the first delivery dead", func() bool {
+		for _, id := range []string{"e-0", "e-1"} {
+			if d := deliveryOf(t, b, id); d.Status == ledger.StatusDead {
+				dead = d
+				return true
+			}
+		}
+		return false
+	})
+	healthy.Store(true)
+	if _, err := b.l.Requeue(context.Background(), dead.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.d.ProbeNow("s")
+	waitFor(t, 5*time.Second, "the probe sent beside the held attempt", func() bool {
+		return deliveryOf(t, b, dead.EventID).Status == ledger.StatusSent
+	})
+	free() // the old attempt fails now
+	b.settle()
+	if st := b.d.Snapshot()["s"].Breaker; st.State != breaker.Closed || st.Failures != 0 {
+		t.Errorf("breaker %+v after the probe succeeded and the older attempt failed late, want closed", st)
+	}
+}
+
+// A PATCH of the URL clears the breaker, in the ledger too, and a failure
+// from the old URL that lands afterwards does not count against the new.
+func TestANewURLStartsWithoutTheOldOnesFailures(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true, func(c *Config) { c.Breaker = breaker.Settings{Threshold: 1, Cooldown: time.Hour} })
+	release := make(chan struct{})
+	old := newReceiver(t, b.clock, func(_ *http.Request, n int) (int, http.Header) {
+		if n == 2 {
+			<-release
+		}
+		return http.StatusInternalServerError, nil
+	})
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free)
+	fresh := newReceiver(t, b.clock, nil)
+	b.subscriber("s", old.URL, func(s *ledger.Subscriber) { s.MaxAttempts = 1 })
+	b.send("e", "t", 2)
+	waitFor(t, 5*time.Second, "two requests and an open breaker", func() bool {
+		return old.count() == 2 && b.d.Snapshot()["s"].Breaker.State == breaker.Open
+	})
+	moved, err := b.l.UpdateSubscriber(context.Background(), "s", func(x *ledger.Subscriber) { x.URL = fresh.URL })
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.d.Upsert(moved)
+	stored, err := b.l.Subscriber(context.Background(), "s")
+	if err != nil || stored.Breaker.State != breaker.Closed {
+		t.Errorf("stored breaker %+v (%v) after the URL changed, want closed: a crash would bring the old one back", stored.Breaker, err)
+	}
+	free() // the old URL's late failure
+	b.settle()
+	b.send("f", "t", 1)
+	b.settle()
+	if n := fresh.count(); n != 1 {
+		t.Errorf("the new URL got %d requests, want 1: the old URL's late failure opened its breaker", n)
+	}
+}
+
 func TestBreakerOpensProbesOnceAndCloses(t *testing.T) {
 	t.Parallel()
 	logs := &logBuffer{}

@@ -792,6 +792,8 @@ func TestOneOutageTakesTheLaneOutOnce(t *testing.T) {
 		hold <- struct{}{}
 	}
 	b.settle()
+	// The nine go by the origin lane while the Worker is out of use; one
+	// still waiting when it comes back would reach it and count below.
 	b.d.mu.Lock()
 	downs, until := b.d.edge.downs, b.d.edge.downUntil
 	b.d.mu.Unlock()
@@ -800,8 +802,11 @@ func TestOneOutageTakesTheLaneOutOnce(t *testing.T) {
 	}
 	// Tried again and still failing, it goes out for twice as long.
 	b.step(edgeDownMin+100*time.Millisecond, 50*time.Millisecond)
+	// Some of the nine may have waited out the while and gone back to the
+	// Worker too: count from here.
+	before := held.Load()
 	b.send("y", "video.view_milestone", 3)
-	waitFor(t, 5*time.Second, "three requests at the Worker tried again", func() bool { return held.Load() == 12 })
+	waitFor(t, 5*time.Second, "three requests at the Worker tried again", func() bool { return held.Load() >= before+3 })
 	for range 3 {
 		hold <- struct{}{}
 	}

@@ -276,7 +276,7 @@ func (d *Dispatcher) settleLane(s *sub, res ledger.Result, outages int, now time
 	out = []ledger.Result{res}
 	d.free++
 	if known = d.liveLocked(s); known {
-		s.inflight--
+		s.ended(res.Seq)
 		if answered {
 			s.answered = now
 		}

@@ -179,6 +179,15 @@ func (l *Ledger) UpdateSubscriber(ctx context.Context, id string, change func(*S
 			return nil
 		}
 		s.UpdatedAt = fromMS(ms(w.now))
+		if s.URL != before.URL {
+			// Failures at the old URL say nothing of the new one; the
+			// dispatcher clears its breaker too (Upsert).
+			s.Breaker = breaker.Breaker{State: breaker.Closed}
+			if _, err := w.conn.ExecContext(ctx, `UPDATE subscribers SET breaker_state = 'closed', breaker_failures = 0,
+				breaker_opened_at = 0 WHERE id = ?`, id); err != nil {
+				return err
+			}
+		}
 		types, _ := json.Marshal(s.EventTypes)
 		_, err = w.conn.ExecContext(ctx, `UPDATE subscribers SET url = ?, event_types = ?, rate_per_second = ?,
 			rate_burst = ?, rate_burst_given = ?, edge_share = ?, max_attempts = ?, timeout_ms = ?, secret = ?,
