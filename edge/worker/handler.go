@@ -185,8 +185,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-// expired answers 408 for a request whose send-by time has passed: the
-// origin has stopped waiting, and sends the delivery again itself.
 // refuse answers a request the edge will not act on, with its one log
 // line: the status and code, never what the request held.
 func (h *handler) refuse(w http.ResponseWriter, status int, code, msg string) {
@@ -215,6 +213,8 @@ func jsonKind(t reflect.Type) string {
 	return "of another type"
 }
 
+// expired answers 408 for a request whose send-by time has passed: the
+// origin has stopped waiting, and sends the delivery again itself.
 func (h *handler) expired(w http.ResponseWriter, log *slog.Logger, req *edgewire.DeliverRequest, began time.Time) bool {
 	now := h.Now()
 	if !req.Expired(now) {

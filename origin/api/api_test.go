@@ -1,12 +1,14 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -1088,6 +1090,35 @@ func TestEdgeShareShowsWhereItMatters(t *testing.T) {
 	edge := setup(t, func(c *api.Config) { c.EdgeLane = true })
 	if got := rateOf(edge, `{"url":"http://127.0.0.1:9/a"}`); got != `{"per_second":50,"burst":100,"edge_share":0.5}` {
 		t.Errorf("default rate with an edge lane = %s", got)
+	}
+}
+
+// A body that stops arriving until the server's read timeout is a 408 in
+// JSON, not a 400 blaming what the client sent.
+func TestABodyThatStopsArrivingIs408(t *testing.T) {
+	t.Parallel()
+	o := origintest.Start(t, testToken, origintest.Options{})
+	srv := httptest.NewUnstartedServer(o.API)
+	srv.Config.ReadTimeout = 300 * time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 1000\r\n\r\n{\"type\":", testToken)
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	code, _ := assertError(t, response{status: resp.StatusCode, header: resp.Header, body: raw}, http.StatusRequestTimeout)
+	if code != "timeout" {
+		t.Errorf("code %q, want timeout", code)
 	}
 }
 

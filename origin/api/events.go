@@ -39,7 +39,7 @@ func (s *Server) postEvent(c echo.Context) error {
 }
 
 func (s *Server) postBatch(c echo.Context) error {
-	body, err := readBody(c, max(s.MaxBody*batchBodyFactor, minBatchBody))
+	body, err := readBody(c, BatchBodyLimit(s.MaxBody))
 	if err != nil {
 		return err
 	}

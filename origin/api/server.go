@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -80,6 +81,15 @@ const (
 	defaultPage     = 50
 	maxPage         = 1000
 )
+
+// BatchBodyLimit is the largest batch body with events of at most maxBody
+// bytes each (0: the default).
+func BatchBodyLimit(maxBody int64) int64 {
+	if maxBody <= 0 {
+		maxBody = defaultMaxBody
+	}
+	return max(maxBody*batchBodyFactor, minBatchBody)
+}
 
 // New returns the API as an http.Handler.
 func New(cfg Config) *echo.Echo {
@@ -200,6 +210,9 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 		return nil, fail(http.StatusRequestEntityTooLarge, "too_large", "request body exceeds %d bytes", limit)
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, fail(http.StatusRequestTimeout, "timeout", "the body did not arrive in time")
+	}
 	if err != nil {
 		return nil, badRequest("could not read the body")
 	}

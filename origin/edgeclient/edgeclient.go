@@ -154,8 +154,11 @@ const (
 )
 
 func deferral(ms int64) time.Duration {
-	if ms >= maxDeferral.Milliseconds() {
+	switch {
+	case ms >= maxDeferral.Milliseconds():
 		return maxDeferral
+	case ms <= minDeferral.Milliseconds(): // before a large negative overflows
+		return minDeferral
 	}
-	return max(time.Duration(ms)*time.Millisecond, minDeferral)
+	return time.Duration(ms) * time.Millisecond
 }

@@ -163,6 +163,7 @@ func TestADeferralIsBounded(t *testing.T) {
 	}{
 		{`0`, 10 * time.Millisecond},
 		{`-5`, 10 * time.Millisecond},
+		{`-9223372036855`, 10 * time.Millisecond},
 		{`250`, 250 * time.Millisecond},
 		{`999999999999`, time.Hour},
 		{`9223372036854775807`, time.Hour},

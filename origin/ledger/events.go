@@ -98,8 +98,12 @@ func (l *Ledger) Enqueue(ctx context.Context, events []NewEvent) (EnqueueResult,
 		// Checked before any write, so a refusal leaves the batch intact.
 		// Events already stored count too: the bound needs no read.
 		if n := l.fanOut(events); n > MaxFanOut {
-			return fmt.Errorf("the events would fan out to %d deliveries; at most %d per request: send fewer events at once: %w",
-				n, MaxFanOut, ErrTooLarge)
+			advice := "send fewer events at once"
+			if len(events) == 1 {
+				advice = "narrow the subscribers' event types"
+			}
+			return fmt.Errorf("the events would fan out to %d deliveries; at most %d per request: %s: %w",
+				n, MaxFanOut, advice, ErrTooLarge)
 		}
 		now := ms(w.now)
 		inserted := make(map[string]int64, len(events))

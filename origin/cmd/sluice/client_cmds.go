@@ -363,7 +363,8 @@ func (c *cli) subscribersPause(ctx context.Context, args []string) error {
 
 func (c *cli) subscribersResume(ctx context.Context, args []string) error {
 	return c.setPaused(ctx, args, "subscribers resume",
-		"Resumes a paused subscriber: the deliveries it held go out at its rate.", false)
+		"Resumes a paused subscriber: the deliveries it held go out at its rate, once any pause its own\n"+
+			"Retry-After asked for has ended.", false)
 }
 
 func (c *cli) setPaused(ctx context.Context, args []string, name, doc string, paused bool) error {
@@ -382,6 +383,9 @@ func (c *cli) setPaused(ctx context.Context, args []string, name, doc string, pa
 		done = "paused"
 	}
 	fmt.Fprintf(c.stdout, "%s subscriber %s\n", done, s.ID)
+	if !s.Paused && s.PausedUntil != nil {
+		fmt.Fprintf(c.stdout, "its Retry-After still holds deliveries until %s\n", s.PausedUntil.UTC().Format(time.RFC3339))
+	}
 	return nil
 }
 

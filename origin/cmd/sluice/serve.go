@@ -119,9 +119,11 @@ func (c *serveConfig) validate() error {
 // apiReadTimeout bounds how long one request may take to arrive, body
 // included: a client that sends headers and then trickles or withholds its
 // body would otherwise hold its connection (and, after a 401, net/http's
-// read of the unread body) for ever. A batch of 16 MiB still arrives in
-// time at 300 KB/s.
-const apiReadTimeout = time.Minute
+// read of the unread body) for ever. A minute, or long enough for the
+// largest batch --max-body allows at 256 KiB/s.
+func apiReadTimeout(maxBody int64) time.Duration {
+	return max(time.Minute, time.Duration(api.BatchBodyLimit(maxBody)/(256<<10))*time.Second)
+}
 
 // apiServer serves h with the timeouts that keep slow or idle clients from
 // holding connections: headers within 10 s, the whole request within
@@ -294,7 +296,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		MaxBody: int64(c.maxBody), Logger: log, Metrics: m.Handler(), EdgeLane: edge != nil,
 	})
 
-	srv := apiServer(handler, apiReadTimeout)
+	srv := apiServer(handler, apiReadTimeout(int64(c.maxBody)))
 	serving = true
 	fmt.Fprintf(stdout, "sluice %s listening on http://%s\n", version, ln.Addr())
 	log.Info("serving", "addr", ln.Addr().String(), "workers", c.workers, "allow_private_endpoints", c.allowPrivate)
