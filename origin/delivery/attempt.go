@@ -137,8 +137,10 @@ func (d *Dispatcher) outcomeLocked(s *sub, c ledger.Claimed, a *ledger.Attempt, 
 	// A failure of an attempt started before the breaker last moved afresh
 	// (opened, or an operator's probe or new URL) says nothing new: it must
 	// not reopen the breaker in the probe's place, nor count against a new
-	// URL. A late success still closes it: the endpoint answers.
-	if from := s.cfg.Breaker.State; !paced && (ok || s.fresh(c.Seq)) && s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
+	// URL. A late success still closes it, as the endpoint answers; unless
+	// the URL changed since, when it is about another endpoint.
+	counts := s.fresh(c.Seq) || ok && s.sameURL(c.Seq)
+	if from := s.cfg.Breaker.State; !paced && counts && s.cfg.Breaker.Record(ok, now, d.cfg.Breaker) {
 		if s.cfg.Breaker.State == breaker.Open {
 			s.newEpoch()
 		}

@@ -174,11 +174,12 @@ type sub struct {
 	inflight    int
 	// epoch counts the breaker's fresh starts (opening, an operator's
 	// probe, a new URL): the failure of an attempt started in an earlier
-	// one tells the breaker nothing, and it takes no half-open slot.
-	// started holds the epoch of each attempt in flight by seq; current
-	// counts those of this one.
-	epoch, current int
-	started        map[int64]int
+	// one tells the breaker nothing, and it takes no half-open slot. urls
+	// counts changes of URL: nothing an attempt at an earlier URL learned,
+	// success included, is about the endpoint now. started holds both for
+	// each attempt in flight, by seq; current counts those of this epoch.
+	epoch, urls, current int
+	started              map[int64]startedIn
 	// answered is when an attempt last answered, and answerTime a moving
 	// average of how long attempts take to answer: together they tell a
 	// fast subscriber (FastSubscriber cap) from a slow or stalled one.
@@ -199,12 +200,15 @@ type sub struct {
 	noted    time.Time // earliest due time noted during that claim
 }
 
+// startedIn is when, in breaker epochs and URL changes, an attempt began.
+type startedIn struct{ epoch, urls int }
+
 // began notes an attempt of seq going out in s's current epoch.
 func (s *sub) began(seq int64) {
 	if s.started == nil {
-		s.started = map[int64]int{}
+		s.started = map[int64]startedIn{}
 	}
-	s.started[seq] = s.epoch
+	s.started[seq] = startedIn{s.epoch, s.urls}
 	s.inflight++
 	s.current++
 }
@@ -212,7 +216,13 @@ func (s *sub) began(seq int64) {
 // fresh reports whether the attempt of seq began in s's current epoch.
 func (s *sub) fresh(seq int64) bool {
 	e, ok := s.started[seq]
-	return ok && e == s.epoch
+	return ok && e.epoch == s.epoch
+}
+
+// sameURL reports whether the attempt of seq went to s's current URL.
+func (s *sub) sameURL(seq int64) bool {
+	e, ok := s.started[seq]
+	return ok && e.urls == s.urls
 }
 
 // ended notes the attempt of seq back.
@@ -363,14 +373,20 @@ func (d *Dispatcher) upsertLocked(s ledger.Subscriber, now time.Time) {
 	}
 	// Failures at the old URL say nothing of a new one: an operator who
 	// fixed the endpoint should not wait out a cooldown that was about it.
-	reset := ok && s.URL != st.cfg.URL && (s.Breaker.Failures > 0 || s.Breaker.State == breaker.Open || s.Breaker.State == breaker.HalfOpen)
+	moved := ok && s.URL != st.cfg.URL
+	reset := moved && (s.Breaker.Failures > 0 || s.Breaker.State == breaker.Open || s.Breaker.State == breaker.HalfOpen)
 	from := s.Breaker.State
 	if reset {
 		s.Breaker = breaker.Breaker{State: breaker.Closed}
 	}
 	st.cfg = s
-	if reset {
+	if moved {
+		// Even from a clean breaker: attempts still out at the old URL
+		// must not count against the new one.
+		st.urls++
 		st.newEpoch()
+	}
+	if reset {
 		d.persistState(st)
 		d.breakerMoved(st, from)
 	}

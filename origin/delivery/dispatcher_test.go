@@ -713,6 +713,61 @@ func TestANewURLStartsWithoutTheOldOnesFailures(t *testing.T) {
 	}
 }
 
+// Whatever an attempt still out at the old URL learns, a failure with the
+// breaker clean at the change or a success once the new URL has opened it,
+// is about another endpoint and leaves the new one's breaker as it is.
+func TestAttemptsAtAnOldURLTellTheNewOneNothing(t *testing.T) {
+	t.Parallel()
+	// moveWhileHeld sends one event to an old URL that holds it, moves the
+	// subscriber to to, and returns a func that lets the old one answer.
+	moveWhileHeld := func(t *testing.T, b *bundle, oldStatus int, to string) func() {
+		release := make(chan struct{})
+		old := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
+			<-release
+			return oldStatus, nil
+		})
+		free := sync.OnceFunc(func() { close(release) })
+		t.Cleanup(free)
+		b.subscriber("s", old.URL, func(s *ledger.Subscriber) { s.MaxAttempts = 1 })
+		b.send("e", "t", 1)
+		waitFor(t, 5*time.Second, "the request held at the old URL", func() bool { return old.count() == 1 })
+		moved, err := b.l.UpdateSubscriber(context.Background(), "s", func(x *ledger.Subscriber) { x.URL = to })
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.d.Upsert(moved)
+		return free
+	}
+	threshold1 := func(c *Config) { c.Breaker = breaker.Settings{Threshold: 1, Cooldown: time.Hour} }
+
+	t.Run("a late failure", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, true, threshold1)
+		fresh := newReceiver(t, b.clock, nil)
+		free := moveWhileHeld(t, b, http.StatusInternalServerError, fresh.URL)
+		free()
+		b.settle()
+		b.send("f", "t", 1)
+		b.settle()
+		if n := fresh.count(); n != 1 {
+			t.Errorf("the new URL got %d requests, want 1; breaker %+v", n, b.d.Snapshot()["s"].Breaker)
+		}
+	})
+	t.Run("a late success", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, true, threshold1)
+		down := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) { return http.StatusInternalServerError, nil })
+		free := moveWhileHeld(t, b, http.StatusOK, down.URL)
+		b.send("f", "t", 1)
+		waitFor(t, 5*time.Second, "the new URL's breaker open", func() bool { return b.d.Snapshot()["s"].Breaker.State == breaker.Open })
+		free()
+		b.settle()
+		if st := b.d.Snapshot()["s"].Breaker; st.State != breaker.Open {
+			t.Errorf("breaker %+v after the old URL's late success, want the new URL's open", st)
+		}
+	})
+}
+
 func TestBreakerOpensProbesOnceAndCloses(t *testing.T) {
 	t.Parallel()
 	logs := &logBuffer{}
