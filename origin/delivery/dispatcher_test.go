@@ -675,76 +675,63 @@ func TestALateAttemptDoesNotTakeTheOperatorsProbe(t *testing.T) {
 	}
 }
 
-// A PATCH of the URL clears the breaker, in the ledger too, and a failure
-// from the old URL that lands afterwards does not count against the new.
-func TestANewURLStartsWithoutTheOldOnesFailures(t *testing.T) {
-	t.Parallel()
-	b := setup(t, true, func(c *Config) { c.Breaker = breaker.Settings{Threshold: 1, Cooldown: time.Hour} })
-	release := make(chan struct{})
-	old := newReceiver(t, b.clock, func(_ *http.Request, n int) (int, http.Header) {
-		if n == 2 {
-			<-release
-		}
-		return http.StatusInternalServerError, nil
-	})
-	free := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(free)
-	fresh := newReceiver(t, b.clock, nil)
-	b.subscriber("s", old.URL, func(s *ledger.Subscriber) { s.MaxAttempts = 1 })
-	b.send("e", "t", 2)
-	waitFor(t, 5*time.Second, "two requests and an open breaker", func() bool {
-		return old.count() == 2 && b.d.Snapshot()["s"].Breaker.State == breaker.Open
-	})
-	moved, err := b.l.UpdateSubscriber(context.Background(), "s", func(x *ledger.Subscriber) { x.URL = fresh.URL })
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.d.Upsert(moved)
-	stored, err := b.l.Subscriber(context.Background(), "s")
-	if err != nil || stored.Breaker.State != breaker.Closed {
-		t.Errorf("stored breaker %+v (%v) after the URL changed, want closed: a crash would bring the old one back", stored.Breaker, err)
-	}
-	free() // the old URL's late failure
-	b.settle()
-	b.send("f", "t", 1)
-	b.settle()
-	if n := fresh.count(); n != 1 {
-		t.Errorf("the new URL got %d requests, want 1: the old URL's late failure opened its breaker", n)
-	}
-}
-
-// Whatever an attempt still out at the old URL learns, a failure with the
-// breaker clean at the change or a success once the new URL has opened it,
-// is about another endpoint and leaves the new one's breaker as it is.
+// A PATCH of the URL clears the breaker, in the ledger too, and whatever an
+// attempt still out at the old URL learns (a failure, with the breaker open
+// or clean at the change, or a success once the new URL has opened it) is
+// about another endpoint and leaves the new one's breaker as it is.
 func TestAttemptsAtAnOldURLTellTheNewOneNothing(t *testing.T) {
 	t.Parallel()
-	// moveWhileHeld sends one event to an old URL that holds it, moves the
-	// subscriber to to, and returns a func that lets the old one answer.
-	moveWhileHeld := func(t *testing.T, b *bundle, oldStatus int, to string) func() {
+	threshold1 := func(c *Config) { c.Breaker = breaker.Settings{Threshold: 1, Cooldown: time.Hour} }
+	// holdAtOld sends events to an old URL that answers status and holds
+	// the last of them; the func it returns lets that one answer.
+	holdAtOld := func(t *testing.T, b *bundle, status, events int) func() {
 		release := make(chan struct{})
-		old := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) {
-			<-release
-			return oldStatus, nil
+		old := newReceiver(t, b.clock, func(_ *http.Request, n int) (int, http.Header) {
+			if n == events {
+				<-release
+			}
+			return status, nil
 		})
 		free := sync.OnceFunc(func() { close(release) })
-		t.Cleanup(free)
+		t.Cleanup(free) // before the receiver closes: it waits for the held request
 		b.subscriber("s", old.URL, func(s *ledger.Subscriber) { s.MaxAttempts = 1 })
-		b.send("e", "t", 1)
-		waitFor(t, 5*time.Second, "the request held at the old URL", func() bool { return old.count() == 1 })
-		moved, err := b.l.UpdateSubscriber(context.Background(), "s", func(x *ledger.Subscriber) { x.URL = to })
+		b.send("e", "t", events)
+		waitFor(t, 5*time.Second, "the requests at the old URL", func() bool { return old.count() == events })
+		return free
+	}
+	moveTo := func(t *testing.T, b *bundle, url string) {
+		moved, err := b.l.UpdateSubscriber(context.Background(), "s", func(x *ledger.Subscriber) { x.URL = url })
 		if err != nil {
 			t.Fatal(err)
 		}
 		b.d.Upsert(moved)
-		return free
 	}
-	threshold1 := func(c *Config) { c.Breaker = breaker.Settings{Threshold: 1, Cooldown: time.Hour} }
 
-	t.Run("a late failure", func(t *testing.T) {
+	t.Run("a late failure after the breaker opened", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, true, threshold1)
 		fresh := newReceiver(t, b.clock, nil)
-		free := moveWhileHeld(t, b, http.StatusInternalServerError, fresh.URL)
+		free := holdAtOld(t, b, http.StatusInternalServerError, 2)
+		waitFor(t, 5*time.Second, "an open breaker", func() bool { return b.d.Snapshot()["s"].Breaker.State == breaker.Open })
+		moveTo(t, b, fresh.URL)
+		stored, err := b.l.Subscriber(context.Background(), "s")
+		if err != nil || stored.Breaker.State != breaker.Closed {
+			t.Errorf("stored breaker %+v (%v) after the URL changed, want closed: a crash would bring the old one back", stored.Breaker, err)
+		}
+		free()
+		b.settle()
+		b.send("f", "t", 1)
+		b.settle()
+		if n := fresh.count(); n != 1 {
+			t.Errorf("the new URL got %d requests, want 1: the old URL's late failure opened its breaker", n)
+		}
+	})
+	t.Run("a late failure with the breaker clean", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, true, threshold1)
+		fresh := newReceiver(t, b.clock, nil)
+		free := holdAtOld(t, b, http.StatusInternalServerError, 1)
+		moveTo(t, b, fresh.URL)
 		free()
 		b.settle()
 		b.send("f", "t", 1)
@@ -757,7 +744,8 @@ func TestAttemptsAtAnOldURLTellTheNewOneNothing(t *testing.T) {
 		t.Parallel()
 		b := setup(t, true, threshold1)
 		down := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) { return http.StatusInternalServerError, nil })
-		free := moveWhileHeld(t, b, http.StatusOK, down.URL)
+		free := holdAtOld(t, b, http.StatusOK, 1)
+		moveTo(t, b, down.URL)
 		b.send("f", "t", 1)
 		waitFor(t, 5*time.Second, "the new URL's breaker open", func() bool { return b.d.Snapshot()["s"].Breaker.State == breaker.Open })
 		free()
