@@ -91,6 +91,10 @@ const latencyWarmUp = time.Second
 // reports their percentiles beside sluice's: the floors this machine sets
 // under that load for sluice's two hops and for one.
 func runLatency(ctx context.Context, o *Options) (sectionResult, error) {
+	steady := probeSteadiness(ctx, steadyFor, steadyWindow, o.Now)
+	if ctx.Err() != nil {
+		return sectionResult{}, ctx.Err()
+	}
 	r, note, err := latencyOfSluice(ctx, o)
 	if err != nil {
 		return sectionResult{}, err
@@ -133,8 +137,24 @@ func runLatency(ctx context.Context, o *Options) (sectionResult, error) {
 	}
 	floor("one_hop", "one HTTP hop, the clients straight to the sink", "one hop: the same clients POST each event straight to the same "+
 		"kind of sink, through Go's http.Client as sluice's own deliveries go; sluice's path has two such hops and a commit between them: ", f, fnote)
+	rows = append(rows, Row{
+		Metric: fmt.Sprintf("  the machine: %s windows on %d idle CPUs, doing fixed work at under half speed", report.Short(steadyWindow), steady.CPUs),
+		Value:  num(float64(steady.Slow) / float64(max(steady.Windows, 1)) * 100), Unit: "%",
+		Shown: steady.text(),
+	})
+	notes = append(notes, fmt.Sprintf("the machine: before the runs, one thread per CPU repeated a fixed computation for %s and counted how many "+
+		"it finished in each %s; a window with under half its CPU's best count is time the host slowed this machine down, which the "+
+		"steal figure does not show. Every process's latency stretches in such windows, the floors' as well as sluice's",
+		report.Short(steadyFor), report.Short(steadyWindow)))
+	details["steadiness"] = steady
 	return sectionResult{rows: rows, notes: notes, details: details}, nil
 }
+
+// steadyFor and steadyWindow size the probe of the machine's steadiness.
+const (
+	steadyFor    = 3 * time.Second
+	steadyWindow = 50 * time.Millisecond
+)
 
 // latencyOfSluice offers the fixed load to a fresh sluice with one fast
 // subscriber whose endpoint is the sink.
