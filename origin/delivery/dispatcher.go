@@ -747,7 +747,19 @@ func (d *Dispatcher) Handoff(claimed []ledger.Claimed) {
 		held = append(held, d.holdLocked(s, now)...) // paused since Admit
 	}
 	d.dispatchLocked(now)
+	// What could not start waits for a worker or for its lane's token. A
+	// worker coming free wakes the loop; a token comes only by the loop's
+	// timer, which it arms when it plans, and an enqueue that handed every
+	// delivery over notifies nobody: a subscriber of both lanes admits on
+	// either lane's tokens.
+	waiting := false
+	for s := range touched {
+		waiting = waiting || len(s.queue) > 0
+	}
 	d.mu.Unlock()
+	if waiting {
+		d.poke()
+	}
 	if len(held) > 0 {
 		// Handoff runs in the ledger's write loop, which the recorder
 		// needs to drain the results channel: never block it on that.

@@ -842,3 +842,35 @@ func gatedWorker(t *testing.T, w *httptest.Server, fails func() bool) *httptest.
 	t.Cleanup(gate.Close)
 	return gate
 }
+
+// A subscriber just given edge types has an empty edge bucket, and admits a
+// new milestone on its origin tokens: handed over in flight at the enqueue,
+// which then notifies nobody, the delivery must still go when the edge
+// lane's token comes.
+func TestAHandedOverDeliveryGoesWhenItsLanesTokenComes(t *testing.T) {
+	t.Parallel()
+	w, mb := startWorker(t)
+	b := setupOnFakeClock(t, w.URL, mb)
+	rc := newReceiver(t, b.clock, nil)
+	b.subscriber("partner", rc.URL, func(s *ledger.Subscriber) {
+		s.EventTypes, s.Rate = []string{"video.trending"}, ledger.Rate{PerSecond: 10, Burst: 20, EdgeShare: 0.5}
+	})
+	s, err := b.l.UpdateSubscriber(context.Background(), "partner", func(s *ledger.Subscriber) {
+		s.EventTypes = []string{"video.trending", "video.view_milestone"}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.d.Upsert(s)
+	b.settle()
+	b.send("m", "video.view_milestone", 1)
+	b.settle()
+	if n := rc.count(); n != 0 {
+		t.Fatalf("%d delivered before the edge lane had a token", n)
+	}
+	b.fake.Advance(time.Second) // the edge lane refills at 5/s
+	waitFor(t, 5*time.Second, "the milestone's delivery", func() bool { return rc.count() == 1 })
+	if d := waitSent(t, b, "m-0")[0]; len(d.History) != 1 || d.History[0].Lane != ledger.LaneEdge {
+		t.Fatalf("history %+v, want one edge attempt", d.History)
+	}
+}
