@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # otherwise serve reads SLUICE_DB or takes its default, ./data/sluice.db.
 DB      ?=
 
-.PHONY: build run test test-go test-deps vet fmt-check bench clean
+.PHONY: build run test test-go test-deps vet fmt-check bench clean help
 
 build: ## build the origin binary into bin/sluice (static, no cgo)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./origin/cmd/sluice
@@ -16,11 +16,16 @@ build: ## build the origin binary into bin/sluice (static, no cgo)
 run: build ## build and serve on the embedded default (SQLite at ./data/sluice.db)
 	$(BIN) serve $(if $(DB),--db $(DB))
 
+help: ## list the targets and what each does
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /\1\t/; s/[$$][$$]/$$/g' | \
+		awk -F'\t' '{ printf "  %-12s %s\n", $$1, $$2 }'
+
 # run-one runs the one test $(1), built with tag $(2), in package $(3), and
 # fails when there is no such test: a renamed test must not pass by running
-# nothing.
+# nothing. grep reads the whole list (no -q): quitting early would kill
+# `go test` with SIGPIPE before it removes its build directory.
 define run-one
-	$(GO) test -tags $(2) -list '^$(1)$$' $(3) | grep -qx '$(1)' || { echo "no test $(1) in $(3)" >&2; exit 1; }
+	$(GO) test -tags $(2) -list '^$(1)$$' $(3) | grep -x '$(1)' >/dev/null || { echo "no test $(1) in $(3)" >&2; exit 1; }
 	$(GO) test -count=1 -tags $(2) -run '^$(1)$$' -v $(3)
 endef
 
@@ -35,13 +40,13 @@ test-go: fmt-check vet ## the Go tests alone (no browser, no image; the quick lo
 test-deps: ## npm ci when needed; chromium and buildah when missing (Debian, as root)
 	scripts/test-deps
 
-vet:
+vet: ## go vet, with the build tags and the js/wasm target too
 	$(GO) vet ./...
 	$(GO) vet -tags chromium ./origin/statuspage/
 	$(GO) vet -tags edge ./edge/ ./loadtest/scenario/
 	GOOS=js GOARCH=wasm $(GO) vet ./edge/... ./shared/...
 
-fmt-check:
+fmt-check: ## fail when a Go file needs gofmt
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
@@ -49,7 +54,7 @@ bench: build ## this build's numbers on this machine against real sluice process
 	$(GO) build -o bin/loadtest ./loadtest
 	bin/loadtest bench --sluice $(BIN) --json bin/bench.json
 
-clean:
+clean: ## remove bin/
 	rm -rf bin
 
 # --- edge: the Worker (edge/, wrangler.toml, package.json) ---------------------
@@ -103,7 +108,7 @@ IMAGE       ?= sluice:latest
 BUILDAH     ?= buildah --storage-driver vfs
 IMAGE_STAGE := build/image
 
-image: build ## build the origin's image $(IMAGE) with buildah (offline, FROM scratch), then check it
+image: build ## build the origin's image (IMAGE, default sluice:latest) with buildah (offline, FROM scratch), then check it
 	rm -rf $(IMAGE_STAGE)
 	mkdir -p $(IMAGE_STAGE)/rootfs/etc/ssl/certs $(IMAGE_STAGE)/rootfs/tmp $(IMAGE_STAGE)/data
 	chmod 1777 $(IMAGE_STAGE)/rootfs/tmp
