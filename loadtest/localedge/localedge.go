@@ -67,8 +67,16 @@ const readyTimeout = 60 * time.Second
 // Start serves the built Worker and waits until it answers, or until ctx
 // ends (then it stops it).
 func Start(ctx context.Context, o Options) (*Worker, error) {
+	// Wrangler's config and Miniflare's scratch space (TMPDIR) go in a
+	// directory of our own, removed once the process exits: Miniflare
+	// removes its scratch directory on a clean stop only, not after Kill.
 	cfgHome, err := os.MkdirTemp("", "sluice-edge-xdg-")
 	if err != nil {
+		return nil, err
+	}
+	scratch := filepath.Join(cfgHome, "tmp")
+	if err := os.Mkdir(scratch, 0o700); err != nil {
+		os.RemoveAll(cfgHome)
 		return nil, err
 	}
 	args := []string{"scripts/miniflare-edge.mjs", "--port", "0"}
@@ -83,6 +91,7 @@ func Start(ctx context.Context, o Options) (*Worker, error) {
 		"CLOUDFLARE_CF_FETCH_ENABLED=false",
 		"WRANGLER_HIDE_BANNER=true",
 		"XDG_CONFIG_HOME="+cfgHome,
+		"TMPDIR="+scratch,
 	)
 	// Its own process group, so a stuck workerd child ends with it.
 	cmd.SysProcAttr = groupAttr()
