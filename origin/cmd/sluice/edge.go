@@ -108,7 +108,7 @@ func newEdgeFlags(name, summary string, conn *cfConn, stderr io.Writer) *cmdFlag
 	f.env["script"] = envName("edge-script")
 	f.StringVar(&conn.baseURL, "cf-base-url", defaultCFBaseURL, "Cloudflare API base URL (tests, proxies)")
 	f.env["cf-base-url"] = "CLOUDFLARE_BASE_URL" // cloudflare-go's own
-	f.IntVar(&conn.retries, "cf-retries", 2, "retries of a call that hit a rate limit, a 5xx or a network error")
+	f.IntVar(&conn.retries, "cf-retries", 2, "retries of a call that hit a 408, a 409, a rate limit, a 5xx or a network error")
 	f.BoolVar(&f.conn.json, "json", false, "print JSON instead of a table")
 	f.Usage = f.usage
 	return f
