@@ -395,6 +395,11 @@ func (d *Dispatcher) upsertLocked(s ledger.Subscriber, now time.Time) {
 	d.lanes(st)
 	edgeDown := d.edge.downUntil.After(now)
 	if !ok {
+		// The ledger fans events out to it from the commit that created
+		// it, before this: an enqueue in between left its deliveries
+		// pending, and its Notify, for an id not known here yet, was lost.
+		// The first claim finds out.
+		st.hasWork = true
 		st.bucket, st.edgeBucket = bucket.Full(st.originRate, now), bucket.Full(st.edgeRate, now)
 		if st.usesEdge && edgeDown {
 			// Its edge deliveries go by the origin lane until the Worker is

@@ -1454,3 +1454,23 @@ func TestABreakerClosedByALateSuccessHoldsNothingBack(t *testing.T) {
 		}
 	}
 }
+
+// The ledger fans events out to a subscriber from the commit that creates
+// it, before the API tells the dispatcher: an event enqueued in between
+// goes in pending, and its Notify, for an id the dispatcher does not know
+// yet, is lost. The new subscriber's first claim must find it.
+func TestADeliveryEnqueuedBeforeUpsertOfItsNewSubscriberGoes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	rc := newReceiver(t, b.clock, nil)
+	s := ledger.Subscriber{ID: "new", URL: rc.URL, EventTypes: []string{"*"},
+		Rate:        ledger.Rate{PerSecond: 1000, Burst: 1000, EdgeShare: 0.5},
+		MaxAttempts: 8, TimeoutMS: 5000, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+	if err := b.l.CreateSubscriber(context.Background(), &s); err != nil {
+		t.Fatal(err)
+	}
+	b.send("e", "video.trending", 1) // the API's POST /v1/events, between the create's commit and its Upsert
+	b.d.Upsert(s)
+	b.settle()
+	waitFor(t, 2*time.Second, "the delivery enqueued before Upsert", func() bool { return rc.count() == 1 })
+}
