@@ -1402,3 +1402,41 @@ func TestParseTimeTakesRFC3339AsWritten(t *testing.T) {
 		}
 	}
 }
+
+// A retry commits even when its caller has gone before the answer: the
+// delivery, put back to run now, must still go, though the request failed
+// reading it back.
+func TestARetryWhoseCallerLeavesStillGoes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rcv := newReceiver(t)
+	rcv.setStatus(http.StatusInternalServerError)
+	b.createSubscriber(t, fmt.Sprintf(`{"id":"s1","url":%q,"max_attempts":1}`, rcv.url()))
+	b.postEvent(t, `{"id":"d1","type":"t.x"}`, http.StatusAccepted)
+	id := b.event(t, "d1").Deliveries[0].ID
+	b.waitStatus(t, id, "dead")
+	rcv.next(t)
+	rcv.setStatus(http.StatusOK)
+	b.quiesce(t)
+
+	gone, cancel := context.WithCancel(context.Background())
+	cancel() // the client hung up; the write, once submitted, commits anyway
+	answered := 0
+	for try := 0; b.delivery(t, id).Status == "dead"; try++ {
+		if try == 200 {
+			t.Fatal("the retry's write never went through")
+		}
+		req := origintest.NewRequest(t, "POST", "/v1/deliveries/"+id+"/retry", testToken, "").WithContext(gone)
+		rec := httptest.NewRecorder()
+		b.srv.Config.Handler.ServeHTTP(rec, req)
+		answered = rec.Code
+	}
+	t.Logf("the committed retry answered %d", answered)
+	deadline := time.Now().Add(3 * time.Second)
+	for b.delivery(t, id).Status != "sent" {
+		if time.Now().After(deadline) {
+			t.Fatalf("requeued delivery %s still %s after 3s", id, b.delivery(t, id).Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -102,10 +102,13 @@ func (s *Server) held(ds []ledger.Delivery) []ledger.Delivery {
 
 func (s *Server) retryDelivery(c echo.Context) error {
 	d, err := s.Ledger.Requeue(c.Request().Context(), c.Param("id"))
+	if d.SubscriberID != "" {
+		// The requeue committed, even if it could not be read back.
+		s.Dispatcher.ProbeNow(d.SubscriberID)
+	}
 	if err != nil {
 		return err
 	}
-	s.Dispatcher.ProbeNow(d.SubscriberID)
 	// Due now, it still waits out a Retry-After pause: the answer says
 	// when it can go, as a GET would.
 	return c.JSON(http.StatusOK, s.held([]ledger.Delivery{d})[0])

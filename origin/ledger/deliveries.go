@@ -267,7 +267,13 @@ func (l *Ledger) Requeue(ctx context.Context, id string) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, err
 	}
-	return l.Delivery(ctx, id)
+	d, err := l.Delivery(ctx, id)
+	if err != nil {
+		// Committed all the same (a caller that left, say): it must still
+		// learn whose delivery is due, to wake the dispatcher.
+		return Delivery{ID: id, SubscriberID: subID, Status: StatusPending}, err
+	}
+	return d, nil
 }
 
 // Recover requeues every dead delivery of a subscriber that died at or after
