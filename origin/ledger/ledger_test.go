@@ -17,6 +17,8 @@ import (
 
 	"github.com/sluice-dev/sluice/migrations"
 	"github.com/sluice-dev/sluice/shared/fakeclock"
+	"os/exec"
+	"sync"
 )
 
 var t0 = time.Date(2026, 7, 11, 8, 14, 2, 0, time.UTC)
@@ -1123,5 +1125,39 @@ func TestOpenCountsTheDeliveriesItTakesBack(t *testing.T) {
 	defer again.Close()
 	if n := again.Released(); n != 4 {
 		t.Errorf("Released = %d after a stop with four in flight, want 4", n)
+	}
+}
+
+// A lock released while another goroutine forks a child stays held by the
+// child's copy of the descriptor until it execs: taking it again at that
+// moment must wait for the exec, not refuse the file as in use.
+func TestALockReleasedBesideAForkIsTakenAgain(t *testing.T) {
+	t.Parallel()
+	bin, err := exec.LookPath("true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "sluice.db")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = exec.Command(bin).Run()
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	for i := range 200 {
+		l, err := lockDatabaseFile(path)
+		if err != nil {
+			t.Fatalf("lock %d: %v", i, err)
+		}
+		l.release()
 	}
 }

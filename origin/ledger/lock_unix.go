@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // dbLock keeps other sluice processes, and other ledgers of this one, off a
@@ -150,16 +151,30 @@ func (l *dbLock) lockedSide(f *os.File) bool {
 	return false
 }
 
-// flock takes f's exclusive lock, or fails at once with ErrLocked.
+// flock takes f's exclusive lock, or fails with ErrLocked. A flock lives on
+// the open file, not the descriptor, and fork copies descriptors: a lock
+// this process released a moment ago stays held by any child it forked
+// meanwhile until that child execs and closes the copy. So a lock found
+// held is tried again for lockPatience before the refusal stands.
 func flock(f *os.File) error {
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+	deadline := time.Now().Add(lockPatience)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, syscall.EWOULDBLOCK):
+			return fmt.Errorf("lock database: %w", err)
+		case time.Now().After(deadline):
 			return ErrLocked
 		}
-		return fmt.Errorf("lock database: %w", err)
+		time.Sleep(5 * time.Millisecond)
 	}
-	return nil
 }
+
+// lockPatience is how long flock waits out a lock held by a child forked
+// before its release: far longer than a fork takes to exec.
+const lockPatience = 250 * time.Millisecond
 
 // discard is release for a file Open refused: the side files this lock
 // created go too, so a refusal leaves nothing beside the file.
