@@ -364,13 +364,25 @@ func (l *Ledger) Ping(ctx context.Context) error {
 	if string(header) != sqliteHeader {
 		return errors.New("the database file no longer starts as a SQLite database")
 	}
-	// A file deleted or replaced under the running process still answers
-	// through the handles held open on it, and takes writes that no
-	// restart will find.
-	gone := errors.New("the database file is no longer at its path (deleted or replaced): what is written now is lost at the next start")
+	if err := l.atPath(); err != nil {
+		return err
+	}
+	var n int
+	return l.rdb.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n)
+}
+
+// errGone is a database file deleted or replaced under the running process:
+// it still answers through the handles held open on it, and takes writes
+// that no restart will find.
+var errGone = errors.New("the database file is no longer at its path (deleted or replaced): what is written now is lost at the next start")
+
+// atPath checks that the file at the ledger's path is still the one it holds
+// open: errGone when it is not, another error when the path cannot be
+// looked up.
+func (l *Ledger) atPath() error {
 	atPath, err := os.Stat(l.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return gone
+		return errGone
 	}
 	if err != nil {
 		// Another fault (a folder made unreadable, one replaced by a
@@ -386,10 +398,9 @@ func (l *Ledger) Ping(ctx context.Context) error {
 		return fmt.Errorf("the open database file: %w", err)
 	}
 	if !os.SameFile(atPath, held) {
-		return gone
+		return errGone
 	}
-	var n int
-	return l.rdb.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n)
+	return nil
 }
 
 // sqliteHeader opens every SQLite database file.
@@ -537,6 +548,12 @@ func (l *Ledger) commit(batch []op) {
 	w := &writer{conn: l.wconn, s: &l.stmts, now: l.now()}
 	results := make([]error, len(batch))
 	err := func() error {
+		// Nothing is acknowledged that the next start will not find. A
+		// path that cannot be looked up (a folder made unreadable) still
+		// holds the file the writes go to.
+		if err := l.atPath(); errors.Is(err, errGone) {
+			return err
+		}
 		if _, err := l.stmts.begin.ExecContext(ctx); err != nil {
 			// A ROLLBACK that failed leaves its transaction open, and this
 			// BEGIN fails: end it and begin again rather than fail the batch.

@@ -722,8 +722,9 @@ func TestARolledBackBatchTakesItsBornAfterBack(t *testing.T) {
 }
 
 // A database file deleted or replaced under the running ledger still
-// answers through the handles held on it; Ping must not.
-func TestPingFailsWhenTheFileLeavesItsPath(t *testing.T) {
+// answers through the handles held on it, and would take writes that the
+// next start does not find; Ping must say so, and writes must fail.
+func TestPingAndWritesFailWhenTheFileLeavesItsPath(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for name, move := range map[string]func(path string) error{
@@ -744,6 +745,10 @@ func TestPingFailsWhenTheFileLeavesItsPath(t *testing.T) {
 		}
 		if err := l.Ping(ctx); err == nil || !strings.Contains(err.Error(), "no longer at its path") {
 			t.Errorf("%s: Ping = %v; want the file named gone", name, err)
+		}
+		_, err := l.Enqueue(ctx, []NewEvent{{ID: "after", Type: "t", Body: []byte(`{"type":"t"}`)}})
+		if !errors.Is(err, ErrWriteFailed) || !strings.Contains(err.Error(), "no longer at its path") {
+			t.Errorf("%s: Enqueue = %v; want a failed write that names the file gone", name, err)
 		}
 	}
 	// A path that can no longer be looked up is told as that, not as a
