@@ -143,7 +143,14 @@ type Dispatcher struct {
 	// subscribers fill their caps, and however many fast ones stall at once
 	// with theirs out, a quiet one still finds a worker.
 	reserve int
-	turn    int // where dispatchLocked next starts in order
+	// slowShare is how many workers the subscribers known to answer
+	// slowly may hold together: the pool less one PerSubscriber and the
+	// reserve, as a fast subscriber's cap is. Each slow one's own cap
+	// alone let four of them, at 8 s an answer, take all but the reserve,
+	// which a fast subscriber beside them could then use one attempt at a
+	// time.
+	slowShare int
+	turn      int // where dispatchLocked next starts in order
 	// attemptCtx outlives Run's context so shutdown can let attempts
 	// finish; cancelAttempts abandons them when the drain times out.
 	attemptCtx     context.Context
@@ -263,6 +270,7 @@ func New(l *ledger.Ledger, cfg Config) *Dispatcher {
 		free:          cfg.Workers,
 		maxUnrecorded: unrecordedPerWorker * cfg.Workers,
 		reserve:       reserveOf(cfg.Workers),
+		slowShare:     max(cfg.PerSubscriber, cfg.Workers-cfg.PerSubscriber-reserveOf(cfg.Workers)),
 		idle:          make(chan struct{}),
 		giveUp:        make(chan struct{}),
 	}
@@ -620,6 +628,10 @@ func (d *Dispatcher) plan(now time.Time) (reqs []ledger.ClaimRequest, owners []*
 		}
 	}
 	d.dispatchLocked(now) // queued deliveries whose tokens have come
+	// Slow subscribers claim no more than their share has room for: the
+	// rest of their backlog waits pending, not claimed and shown in flight.
+	_, slowWork := d.slowLocked()
+	slowRoom := d.slowShare - slowWork
 	n := len(d.order)
 	for i := range n {
 		id := d.order[(d.next+i)%n]
@@ -654,6 +666,10 @@ func (d *Dispatcher) plan(now time.Time) (reqs []ledger.ClaimRequest, owners []*
 			continue // else a finishing attempt wakes the loop
 		}
 		take := min(tokens, room, d.cfg.ClaimBatch)
+		if s.slow() {
+			take = min(take, slowRoom)
+			slowRoom -= max(take, 0)
+		}
 		if take <= 0 {
 			continue
 		}
@@ -895,11 +911,12 @@ func (d *Dispatcher) start(owners []*sub, res []ledger.ClaimResult, now time.Tim
 // long queue cannot take every worker and a worker freed one at a time goes
 // round rather than to the first subscriber with work. The last free
 // workers (the reserve) go only to subscribers with nothing in flight that
-// are not known to answer slowly.
+// are not known to answer slowly, and those that are share slowShare.
 func (d *Dispatcher) dispatchLocked(now time.Time) {
 	if d.stopping {
 		return
 	}
+	slowHeld, _ := d.slowLocked()
 	n := len(d.order)
 	for progress := true; progress && d.canStartLocked(); {
 		progress = false
@@ -916,12 +933,18 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			if d.free <= d.reserve && (s.inflight > 0 || s.slow()) {
 				continue
 			}
+			if s.slow() && slowHeld >= d.slowShare {
+				continue // a slow attempt's end starts the next
+			}
 			if limit, _ := d.limitLocked(s, now); s.busy() >= limit {
 				continue
 			}
 			i, lane, ok := d.nextLocked(s, now)
 			if !ok {
 				continue // no queued delivery's lane has a token yet; plan wakes the loop for it
+			}
+			if s.slow() {
+				slowHeld++
 			}
 			c := s.queue[i]
 			s.queue = slices.Delete(s.queue, i, i+1)
@@ -938,6 +961,19 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			progress = true
 		}
 	}
+}
+
+// slowLocked is what the subscribers known to answer slowly hold: workers,
+// and those plus the deliveries claimed or admitted for them, which will
+// want workers from the same share.
+func (d *Dispatcher) slowLocked() (workers, work int) {
+	for _, s := range d.subs {
+		if s.slow() {
+			workers += s.inflight
+			work += s.inflight + len(s.queue) + s.admitted
+		}
+	}
+	return workers, work
 }
 
 // canStartLocked reports whether a worker is free and the outcomes not yet

@@ -1040,13 +1040,13 @@ func TestANewSubscriberClaimsNothingAhead(t *testing.T) {
 	b.claimedOnly("new", startCap, 100-startCap)
 }
 
-// However many slow subscribers fill their caps, the last workers (the
-// reserve) stay for the others: six slow subscribers, created one after
-// another, with a cap of 4 each could hold all 16 workers. They leave one
-// for a fast subscriber twice over: before any of them has answered, when
-// each may have only startCap attempts out (nobody knows yet that they are
-// slow), and once they are known to be slow, when the reserve is not
-// theirs even with nothing in flight.
+// However many slow subscribers fill their caps, workers stay for the
+// others: six slow subscribers, created one after another, with a cap of 4
+// each could hold all 16 workers. They leave some for a fast subscriber
+// twice over: before any of them has answered, when each may have only
+// startCap attempts out (nobody knows yet that they are slow), and once
+// they are known to be slow, when together they hold no more than the pool
+// less one subscriber's cap and the reserve.
 func TestACrowdOfSlowSubscribersLeavesAWorker(t *testing.T) {
 	t.Parallel()
 	const workers, perSub, crowd = 16, 4, 6
@@ -1065,15 +1065,56 @@ func TestACrowdOfSlowSubscribersLeavesAWorker(t *testing.T) {
 	}
 	b.servedBeside("fast1", 3)
 
-	// They answer after 2 s, and from then on are known to be slow.
+	// They answer after 2 s, and from then on are known to be slow. The
+	// first heard from start their next attempts while the others do not
+	// count as slow yet; once those answer too, the crowd holds its share.
 	b.fake.Advance(2 * time.Second)
 	slow.next()
-	waitFor(t, 10*time.Second, "the slow subscribers' next attempts", func() bool { return slow.held.Load() >= int64(workers-reserveOf(workers)) })
+	waitFor(t, 10*time.Second, "every slow subscriber's first answer", func() bool {
+		b.d.mu.Lock()
+		defer b.d.mu.Unlock()
+		for i := range crowd {
+			if !b.d.subs[fmt.Sprintf("slow%d", i)].slow() {
+				return false
+			}
+		}
+		return true
+	})
 	b.looked()
-	if n := slowInflight(b, crowd); n != workers-reserveOf(workers) {
-		t.Fatalf("the slow subscribers hold %d workers, want %d: the reserve is not theirs", n, workers-reserveOf(workers))
-	}
+	b.fake.Advance(2 * time.Second)
+	slow.next()
+	share := workers - perSub - reserveOf(workers)
+	waitFor(t, 10*time.Second, fmt.Sprintf("the slow subscribers holding %d workers: one cap and the reserve are not theirs", share), func() bool {
+		return slowInflight(b, crowd) == share && slow.held.Load() == int64(share)
+	})
 	b.servedBeside("fast2", 3)
+
+	// A fast subscriber beside them has several attempts out at once, not
+	// the reserve's one at a time.
+	fast := newPhasedReceiver(t, b.clock)
+	b.subscriber("fast3", fast.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"fast3"} })
+	b.send("warm", "fast3", 1)
+	waitFor(t, 10*time.Second, "fast3's first attempt", func() bool { return fast.held.Load() == 1 })
+	fast.next() // answered at once on the test's clock: fast3 is fast
+	b.heardFrom("fast3")
+	b.send("fast3", "fast3", 10)
+	waitFor(t, 10*time.Second, "fast3's attempts beside the slow crowd", func() bool { return fast.held.Load() >= int64(perSub) })
+	if n := slowInflight(b, crowd); n != share {
+		t.Fatalf("the slow subscribers hold %d workers beside fast3, want %d", n, share)
+	}
+}
+
+// heardFrom waits until the dispatcher has subscriber id's answers to every
+// attempt it sent, for tests where other subscribers' attempts stay out and
+// the dispatcher never settles.
+func (b *bundle) heardFrom(id string) {
+	b.t.Helper()
+	waitFor(b.t, 10*time.Second, id+"'s answers", func() bool {
+		b.d.mu.Lock()
+		defer b.d.mu.Unlock()
+		s := b.d.subs[id]
+		return s.answerTime > 0 && s.inflight == 0
+	})
 }
 
 // slowInflight is the attempts the dispatcher has out for slow0…slow(n-1):
@@ -1088,30 +1129,45 @@ func slowInflight(b *bundle, n int) int {
 }
 
 // A subscriber known to answer slowly does not take the reserve even with
-// nothing in flight: with 14 of 16 workers held by slow subscribers, a
-// fifth slow one's new delivery waits, and the last two workers stay for
+// nothing in flight, and with room left in the slow share: with 8 of 16
+// workers held by two slow subscribers and 6 by a fast one that stalled, a
+// third slow one's new delivery waits, and the last two workers stay for
 // subscribers that may be fast.
 func TestAKnownSlowSubscriberLeavesTheReserve(t *testing.T) {
 	t.Parallel()
 	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = 16, 4 })
 	slow := newPhasedReceiver(t, b.clock)
-	for i := range 5 {
+	for i := range 3 {
 		id := fmt.Sprintf("slow%d", i)
 		b.subscriber(id, slow.URL, func(s *ledger.Subscriber) { s.EventTypes, s.TimeoutMS = []string{id}, 60_000 })
 		b.send("warm"+id, id, 1)
 	}
-	waitFor(t, 10*time.Second, "the warm-up attempts", func() bool { return slow.held.Load() == 5 })
-	b.fake.Advance(2 * time.Second) // each takes 2 s: all five are known slow
+	waitFor(t, 10*time.Second, "the warm-up attempts", func() bool { return slow.held.Load() == 3 })
+	b.fake.Advance(2 * time.Second) // each takes 2 s: all three are known slow
 	slow.next()
 	b.settle()
-	for i := range 4 {
+	for i := range 2 {
 		id := fmt.Sprintf("slow%d", i)
 		b.send("fill"+id, id, 10)
 	}
-	waitFor(t, 10*time.Second, "14 of 16 workers held", func() bool { return slow.held.Load() == 14 })
-	b.send("late", "slow4", 1)
+	waitFor(t, 10*time.Second, "8 of 16 workers held by the slow", func() bool { return slow.held.Load() == 8 })
+	release := make(chan struct{})
+	var stalled gauge
+	fast := newReceiver(t, b.clock, func(r *http.Request, n int) (int, http.Header) {
+		if n > 1 {
+			stalled.hold(r, release) // the first answered at once: it is fast
+		}
+		return http.StatusOK, nil
+	})
+	t.Cleanup(func() { close(release) }) // before the receiver closes, which waits for its requests
+	b.subscriber("fast", fast.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"fast"} })
+	b.send("first", "fast", 1)
+	b.heardFrom("fast")
+	b.send("stall", "fast", 20)
+	waitFor(t, 10*time.Second, "the fast subscriber's stalled attempts", func() bool { return stalled.now.Load() == 6 })
+	b.send("late", "slow2", 1)
 	b.looked()
-	if n := b.d.Snapshot()["slow4"].Inflight; n != 0 {
+	if n := b.d.Snapshot()["slow2"].Inflight; n != 0 {
 		t.Fatalf("the known-slow subscriber took %d of the reserve's workers, want none", n)
 	}
 }
