@@ -91,7 +91,7 @@ func (d *Dispatcher) settle(s *sub, c ledger.Claimed, a *ledger.Attempt, retryAf
 	defer d.poke()
 	res := d.outcomeLocked(s, c, a, retryAfter, now)
 	out = []ledger.Result{res}
-	d.free++
+	d.freeLocked(s, c.Seq)
 	if known = d.liveLocked(s); known {
 		s.ended(c.Seq)
 		s.noteAnswer(now.Sub(a.At), now)
@@ -189,7 +189,7 @@ func (d *Dispatcher) breakerMoved(s *sub, from breaker.State) {
 // it), and the delivery is sent again after the next start.
 func (d *Dispatcher) abandoned(owner *sub, c ledger.Claimed, lane ledger.Lane, start, end time.Time) {
 	d.mu.Lock()
-	d.free++
+	d.freeLocked(owner, c.Seq)
 	known := d.liveLocked(owner)
 	if known {
 		owner.ended(c.Seq)

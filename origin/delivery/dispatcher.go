@@ -150,6 +150,7 @@ type Dispatcher struct {
 	// which a fast subscriber beside them could then use one attempt at a
 	// time.
 	slowShare int
+	slowHeld  int // workers held by attempts started while their subscriber was known slow
 	turn      int // where dispatchLocked next starts in order
 	// attemptCtx outlives Run's context so shutdown can let attempts
 	// finish; cancelAttempts abandons them when the drain times out.
@@ -207,15 +208,19 @@ type sub struct {
 	noted    time.Time // earliest due time noted during that claim
 }
 
-// startedIn is when, in breaker epochs and URL changes, an attempt began.
-type startedIn struct{ epoch, urls int }
+// startedIn is when, in breaker epochs and URL changes, an attempt began,
+// and whether it took a worker of the slow share.
+type startedIn struct {
+	epoch, urls int
+	slow        bool
+}
 
 // began notes an attempt of seq going out in s's current epoch.
-func (s *sub) began(seq int64) {
+func (s *sub) began(seq int64, slow bool) {
 	if s.started == nil {
 		s.started = map[int64]startedIn{}
 	}
-	s.started[seq] = startedIn{s.epoch, s.urls}
+	s.started[seq] = startedIn{s.epoch, s.urls, slow}
 	s.inflight++
 	s.current++
 }
@@ -628,10 +633,6 @@ func (d *Dispatcher) plan(now time.Time) (reqs []ledger.ClaimRequest, owners []*
 		}
 	}
 	d.dispatchLocked(now) // queued deliveries whose tokens have come
-	// Slow subscribers claim no more than their share has room for: the
-	// rest of their backlog waits pending, not claimed and shown in flight.
-	_, slowWork := d.slowLocked()
-	slowRoom := d.slowShare - slowWork
 	n := len(d.order)
 	for i := range n {
 		id := d.order[(d.next+i)%n]
@@ -666,10 +667,6 @@ func (d *Dispatcher) plan(now time.Time) (reqs []ledger.ClaimRequest, owners []*
 			continue // else a finishing attempt wakes the loop
 		}
 		take := min(tokens, room, d.cfg.ClaimBatch)
-		if s.slow() {
-			take = min(take, slowRoom)
-			slowRoom -= max(take, 0)
-		}
 		if take <= 0 {
 			continue
 		}
@@ -916,7 +913,6 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 	if d.stopping {
 		return
 	}
-	slowHeld, _ := d.slowLocked()
 	n := len(d.order)
 	for progress := true; progress && d.canStartLocked(); {
 		progress = false
@@ -933,7 +929,8 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			if d.free <= d.reserve && (s.inflight > 0 || s.slow()) {
 				continue
 			}
-			if s.slow() && slowHeld >= d.slowShare {
+			slow := s.slow()
+			if slow && d.slowHeld >= d.slowShare {
 				continue // a slow attempt's end starts the next
 			}
 			if limit, _ := d.limitLocked(s, now); s.busy() >= limit {
@@ -943,13 +940,13 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 			if !ok {
 				continue // no queued delivery's lane has a token yet; plan wakes the loop for it
 			}
-			if s.slow() {
-				slowHeld++
-			}
 			c := s.queue[i]
 			s.queue = slices.Delete(s.queue, i, i+1)
-			s.began(c.Seq)
+			s.began(c.Seq, slow)
 			d.free--
+			if slow {
+				d.slowHeld++
+			}
 			d.unrecorded++
 			d.running.Add(1)
 			if lane == ledger.LaneEdge {
@@ -963,17 +960,13 @@ func (d *Dispatcher) dispatchLocked(now time.Time) {
 	}
 }
 
-// slowLocked is what the subscribers known to answer slowly hold: workers,
-// and those plus the deliveries claimed or admitted for them, which will
-// want workers from the same share.
-func (d *Dispatcher) slowLocked() (workers, work int) {
-	for _, s := range d.subs {
-		if s.slow() {
-			workers += s.inflight
-			work += s.inflight + len(s.queue) + s.admitted
-		}
+// freeLocked gives back the worker of s's attempt of seq, before ended
+// forgets it.
+func (d *Dispatcher) freeLocked(s *sub, seq int64) {
+	d.free++
+	if s.started[seq].slow {
+		d.slowHeld--
 	}
-	return workers, work
 }
 
 // canStartLocked reports whether a worker is free and the outcomes not yet

@@ -1104,6 +1104,56 @@ func TestACrowdOfSlowSubscribersLeavesAWorker(t *testing.T) {
 	}
 }
 
+// Slow subscribers share their workers in turn: five with backlogs, each
+// allowed 4 at once, hold the share of 10 together, and round after round
+// each gets about a fifth of it, however many idle subscribers come after
+// them in the order.
+func TestSlowSubscribersTakeTheirShareInTurn(t *testing.T) {
+	t.Parallel()
+	const workers, perSub, crowd, rounds = 16, 4, 5, 10
+	share := workers - perSub - reserveOf(workers)
+	b := setup(t, true, func(c *Config) { c.Workers, c.PerSubscriber = workers, perSub })
+	slow := newPhasedReceiver(t, b.clock)
+	idle := newReceiver(t, b.clock, nil)
+	for i := range crowd {
+		id := fmt.Sprintf("slow%d", i)
+		b.subscriber(id, slow.URL, func(s *ledger.Subscriber) { s.EventTypes, s.TimeoutMS = []string{id}, 60_000 })
+		b.send("warm"+id, id, 1)
+	}
+	for i := range 40 {
+		b.subscriber(fmt.Sprintf("idle%d", i), idle.URL, func(s *ledger.Subscriber) { s.EventTypes = []string{"none"} })
+	}
+	waitFor(t, 10*time.Second, "the warm-up attempts", func() bool { return slow.held.Load() == crowd })
+	b.fake.Advance(2 * time.Second) // each takes 2 s: all are known slow
+	slow.next()
+	for i := range crowd {
+		b.heardFrom(fmt.Sprintf("slow%d", i))
+	}
+	for i := range crowd {
+		id := fmt.Sprintf("slow%d", i)
+		b.send(id, id, 100)
+	}
+	got := make([]int, crowd)
+	for r := range rounds {
+		arrived := crowd + (r+1)*share
+		waitFor(t, 10*time.Second, fmt.Sprintf("round %d's attempts", r), func() bool {
+			return slow.count() == arrived && slowInflight(b, crowd) == share
+		})
+		snap := b.d.Snapshot()
+		for i := range crowd {
+			got[i] += snap[fmt.Sprintf("slow%d", i)].Inflight
+		}
+		b.fake.Advance(2 * time.Second)
+		slow.next()
+	}
+	fair := rounds * share / crowd
+	for _, n := range got {
+		if n < fair/2 || n > fair*3/2 {
+			t.Fatalf("attempts per slow subscriber over %d rounds: %v; want each near %d", rounds, got, fair)
+		}
+	}
+}
+
 // heardFrom waits until the dispatcher has subscriber id's answers to every
 // attempt it sent, for tests where other subscribers' attempts stay out and
 // the dispatcher never settles.

@@ -274,7 +274,7 @@ func (d *Dispatcher) settleLane(s *sub, res ledger.Result, outages int, now time
 	defer d.mu.Unlock()
 	defer d.poke()
 	out = []ledger.Result{res}
-	d.free++
+	d.freeLocked(s, res.Seq)
 	if known = d.liveLocked(s); known {
 		s.ended(res.Seq)
 		if answered {
