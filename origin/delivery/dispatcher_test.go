@@ -699,13 +699,6 @@ func TestAttemptsAtAnOldURLTellTheNewOneNothing(t *testing.T) {
 		waitFor(t, 5*time.Second, "the requests at the old URL", func() bool { return old.count() == events })
 		return free
 	}
-	moveTo := func(t *testing.T, b *bundle, url string) {
-		moved, err := b.l.UpdateSubscriber(context.Background(), "s", func(x *ledger.Subscriber) { x.URL = url })
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.d.Upsert(moved)
-	}
 
 	t.Run("a late failure after the breaker opened", func(t *testing.T) {
 		t.Parallel()
@@ -713,7 +706,7 @@ func TestAttemptsAtAnOldURLTellTheNewOneNothing(t *testing.T) {
 		fresh := newReceiver(t, b.clock, nil)
 		free := holdAtOld(t, b, http.StatusInternalServerError, 2)
 		waitFor(t, 5*time.Second, "an open breaker", func() bool { return b.d.Snapshot()["s"].Breaker.State == breaker.Open })
-		moveTo(t, b, fresh.URL)
+		b.update("s", func(x *ledger.Subscriber) { x.URL = fresh.URL })
 		stored, err := b.l.Subscriber(context.Background(), "s")
 		if err != nil || stored.Breaker.State != breaker.Closed {
 			t.Errorf("stored breaker %+v (%v) after the URL changed, want closed: a crash would bring the old one back", stored.Breaker, err)
@@ -731,7 +724,7 @@ func TestAttemptsAtAnOldURLTellTheNewOneNothing(t *testing.T) {
 		b := setup(t, true, threshold1)
 		fresh := newReceiver(t, b.clock, nil)
 		free := holdAtOld(t, b, http.StatusInternalServerError, 1)
-		moveTo(t, b, fresh.URL)
+		b.update("s", func(x *ledger.Subscriber) { x.URL = fresh.URL })
 		free()
 		b.settle()
 		b.send("f", "t", 1)
@@ -745,7 +738,7 @@ func TestAttemptsAtAnOldURLTellTheNewOneNothing(t *testing.T) {
 		b := setup(t, true, threshold1)
 		down := newReceiver(t, b.clock, func(*http.Request, int) (int, http.Header) { return http.StatusInternalServerError, nil })
 		free := holdAtOld(t, b, http.StatusOK, 1)
-		moveTo(t, b, down.URL)
+		b.update("s", func(x *ledger.Subscriber) { x.URL = down.URL })
 		b.send("f", "t", 1)
 		waitFor(t, 5*time.Second, "the new URL's breaker open", func() bool { return b.d.Snapshot()["s"].Breaker.State == breaker.Open })
 		free()

@@ -370,13 +370,9 @@ func TestAChangeOfTypesDoesNotDoubleTheRate(t *testing.T) {
 	})
 	b.send("t", "video.trending", 20)
 	b.send("m", "video.view_milestone", 20)
-	s, err := b.l.UpdateSubscriber(context.Background(), "s", func(s *ledger.Subscriber) {
+	b.update("s", func(s *ledger.Subscriber) {
 		s.EventTypes, s.Paused = []string{"video.view_milestone"}, false
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.d.Upsert(s)
 	const seconds = 5
 	b.step(seconds*time.Second, 50*time.Millisecond)
 	if n, most := rc.count(), int(rate.Burst+rate.PerSecond*seconds); n > most || n < most-2 {
@@ -601,11 +597,7 @@ func TestMovingASubscriberBetweenLanesKeepsItsRate(t *testing.T) {
 		s.EventTypes, s.Rate = []string{"video.trending"}, rate
 	})
 	move := func(types ...string) {
-		s, err := b.l.UpdateSubscriber(context.Background(), "s", func(s *ledger.Subscriber) { s.EventTypes = types })
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.d.Upsert(s)
+		b.update("s", func(s *ledger.Subscriber) { s.EventTypes = types })
 	}
 	b.send("o", "video.trending", 5) // the origin lane spends the burst
 	b.step(200*time.Millisecond, 50*time.Millisecond)
@@ -855,13 +847,9 @@ func TestAHandedOverDeliveryGoesWhenItsLanesTokenComes(t *testing.T) {
 	b.subscriber("partner", rc.URL, func(s *ledger.Subscriber) {
 		s.EventTypes, s.Rate = []string{"video.trending"}, ledger.Rate{PerSecond: 10, Burst: 20, EdgeShare: 0.5}
 	})
-	s, err := b.l.UpdateSubscriber(context.Background(), "partner", func(s *ledger.Subscriber) {
+	b.update("partner", func(s *ledger.Subscriber) {
 		s.EventTypes = []string{"video.trending", "video.view_milestone"}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.d.Upsert(s)
 	b.settle()
 	b.send("m", "video.view_milestone", 1)
 	b.settle()

@@ -100,6 +100,17 @@ func (b *bundle) subscriber(id, url string, change func(*ledger.Subscriber)) led
 	return s
 }
 
+// update changes subscriber id in the ledger and tells the dispatcher, as
+// the API's PATCH does.
+func (b *bundle) update(id string, change func(*ledger.Subscriber)) {
+	b.t.Helper()
+	s, err := b.l.UpdateSubscriber(context.Background(), id, change)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.d.Upsert(s)
+}
+
 // send enqueues n events of type typ with ids prefix-0…n-1 and wakes the dispatcher.
 func (b *bundle) send(prefix, typ string, n int) {
 	b.t.Helper()
