@@ -292,13 +292,13 @@ func TestParseHostCPU(t *testing.T) {
 
 func TestSteadiness(t *testing.T) {
 	t.Parallel()
-	s := Steadiness([][]int{
+	s := steadinessOf([][]int{
 		{100, 100, 40, 100}, // one window at 40% of this CPU's best
 		{90, 20, 45, 90},    // 22% and exactly half: only the first is slow
 		{0, 0, 0, 0},        // no best to compare with: left out
 	}, 50*time.Millisecond)
 	if s.CPUs != 3 || s.Windows != 8 || s.Slow != 2 {
-		t.Errorf("Steadiness = %+v; want 3 CPUs, 8 windows, 2 slow", s)
+		t.Errorf("steadinessOf = %+v; want 3 CPUs, 8 windows, 2 slow", s)
 	}
 	if math.Abs(s.Slowest-20.0/90) > 1e-9 {
 		t.Errorf("Slowest = %v; want %v", s.Slowest, 20.0/90)
@@ -306,7 +306,7 @@ func TestSteadiness(t *testing.T) {
 	if got := s.text(); got != "2 of 8 (slowest at 22%)" {
 		t.Errorf("text = %q", got)
 	}
-	if s := Steadiness(nil, time.Second); s.Windows != 0 || s.Slowest != 0 {
-		t.Errorf("Steadiness(nil) = %+v; want nothing measured", s)
+	if s := steadinessOf(nil, time.Second); s.Windows != 0 || s.Slowest != 0 {
+		t.Errorf("steadinessOf(nil) = %+v; want nothing measured", s)
 	}
 }

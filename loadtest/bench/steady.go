@@ -30,10 +30,10 @@ type steadiness struct {
 	Slowest float64 `json:"slowest"`
 }
 
-// Steadiness sums up the work counted in each window on each CPU. A CPU
+// steadinessOf sums up the work counted in each window on each CPU. A CPU
 // that counted nothing in any window is left out: it had no best to
 // compare with.
-func Steadiness(counts [][]int, window time.Duration) steadiness {
+func steadinessOf(counts [][]int, window time.Duration) steadiness {
 	s := steadiness{CPUs: len(counts), Window: report.Millis(window), Slowest: 1}
 	for _, cpu := range counts {
 		best := 0
@@ -93,7 +93,7 @@ func probeSteadiness(ctx context.Context, d, window time.Duration, now func() ti
 		})
 	}
 	wg.Wait()
-	return Steadiness(counts, window)
+	return steadinessOf(counts, window)
 }
 
 // text is how the latency section's row shows it.
