@@ -1432,11 +1432,5 @@ func TestARetryWhoseCallerLeavesStillGoes(t *testing.T) {
 		answered = rec.Code
 	}
 	t.Logf("the committed retry answered %d", answered)
-	deadline := time.Now().Add(3 * time.Second)
-	for b.delivery(t, id).Status != "sent" {
-		if time.Now().After(deadline) {
-			t.Fatalf("requeued delivery %s still %s after 3s", id, b.delivery(t, id).Status)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	b.waitStatus(t, id, "sent")
 }
